@@ -1,0 +1,43 @@
+"""Finds (and if needed builds, cached) the multicall control-plane binary."""
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_SCRIPT = Path(__file__).resolve().parent / "kplane" / "build.sh"
+
+
+class BuildError(RuntimeError):
+    """The control-plane binary could not be built."""
+
+
+def kplane_binary() -> Path:
+    """Path of the kplane binary: ``$SIGNAL_KPLANE_BINARY`` or the cached build."""
+    override = os.environ.get("SIGNAL_KPLANE_BINARY")
+    if override:
+        path = Path(override)
+        if not os.access(path, os.X_OK):
+            raise BuildError(f"SIGNAL_KPLANE_BINARY={override} is not an executable file")
+        return path
+    result = subprocess.run(  # noqa: S603 - our own script
+        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise BuildError(
+            f"building the local control plane failed (exit {result.returncode}); "
+            f"run {BUILD_SCRIPT} to see why:\n{result.stderr[-4000:]}"
+        )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def upstream_crds_dir() -> Path:
+    """Upstream Argo and MPI operator CRDs: ``$SIGNAL_UPSTREAM_CRDS`` or ../shared/upstream-crds."""
+    configured = os.environ.get("SIGNAL_UPSTREAM_CRDS")
+    path = Path(configured) if configured else REPO_ROOT.parent / "shared" / "upstream-crds"
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"upstream CRDs not found at {path}: set SIGNAL_UPSTREAM_CRDS to a directory "
+            "holding the Argo Workflows (full/) and MPI operator CRD YAML files"
+        )
+    return path

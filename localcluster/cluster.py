@@ -1,0 +1,109 @@
+"""The whole local cluster as one async context: control plane, Signal and upstream
+CRDs (installed before the garbage collector starts), a proven garbage collector,
+simulated GPU Nodes with a heartbeat, and the process kubelet."""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+
+from localcluster import identities
+from localcluster.controlplane import ControlPlane
+from localcluster.crds import install_crds, project_crd_files, prove_garbage_collection, upstream_crd_files
+from localcluster.fleet import SimNode, create_nodes, heartbeat
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.kubelet import ProcessKubelet
+
+log = structlog.get_logger("localcluster")
+
+
+@dataclass
+class LocalCluster:
+    """Start with ``async with LocalCluster() as cluster``."""
+
+    plane: ControlPlane = field(default_factory=ControlPlane)
+    heartbeat_seconds: float = 10.0
+    install_upstream: bool = True
+    simulated: set[str] = field(default_factory=set)
+    timings: dict[str, float] = field(default_factory=dict)
+    admin_client: KubeClient | None = None
+    kubelet: ProcessKubelet | None = None
+    _heartbeat: asyncio.Task[None] | None = None
+
+    @property
+    def admin(self) -> KubeClient:
+        if self.admin_client is None:
+            raise RuntimeError("the local cluster is not started")
+        return self.admin_client
+
+    async def __aenter__(self) -> "LocalCluster":
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def start(self, progress: Callable[[str], None] | None = None) -> None:
+        say = progress or (lambda _message: None)
+        began = time.monotonic()
+        say("starting etcd and kube-apiserver")
+        self.plane.start_api()
+        self.timings["api"] = time.monotonic() - began
+        self.admin_client = identities.admin(self.plane).client()
+        files = project_crd_files() + (upstream_crd_files() if self.install_upstream else [])
+        say(f"installing {len(files)} CRDs")
+        await install_crds(self.admin, files)
+        self.timings["crds"] = time.monotonic() - began
+        say("starting kube-controller-manager and kube-scheduler")
+        self.plane.start_controllers()
+        say("proving the garbage collector with a canary")
+        self.timings["gc_canary"] = await prove_garbage_collection(self.admin)
+        self.kubelet = ProcessKubelet(self.admin, self.plane.workdir / "kubelet", lambda n: n in self.simulated)
+        await self.kubelet.start()
+        self._heartbeat = asyncio.create_task(
+            heartbeat(self.admin, lambda: sorted(self.simulated), self.heartbeat_seconds), name="node-heartbeat"
+        )
+        self.timings["total"] = time.monotonic() - began
+        log.info("local cluster ready", **{k: round(v, 2) for k, v in self.timings.items()})
+
+    async def stop(self) -> None:
+        if self._heartbeat:
+            self._heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heartbeat
+        if self.kubelet:
+            await self.kubelet.stop()
+        if self.admin_client:
+            await self.admin_client.close()
+        self.plane.stop()
+
+    async def add_nodes(
+        self, nodes: Iterable[SimNode], *, concurrency: int = 32, progress: Callable[[int], None] | None = None
+    ) -> list[Obj]:
+        """Create simulated Nodes; their Pods run under the process kubelet."""
+        nodes = list(nodes)
+        self.simulated.update(n.name for n in nodes)
+        return await create_nodes(self.admin, nodes, concurrency=concurrency, progress=progress)
+
+    async def remove_node(self, name: str) -> None:
+        self.simulated.discard(name)
+        with contextlib.suppress(ApiError):
+            await self.admin.delete(resource_path("v1", "nodes", name=name))
+
+    async def create_namespace(self, name: str) -> Obj:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        return await self.admin.create(resource_path("v1", "namespaces"), body)
+
+    async def delete_namespace(self, name: str) -> None:
+        with contextlib.suppress(ApiError):
+            await self.admin.delete(resource_path("v1", "namespaces", name=name))
+
+    def workdir(self) -> Path:
+        return self.plane.workdir

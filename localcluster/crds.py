@@ -1,0 +1,87 @@
+"""Installs Signal's generated CRDs and the upstream Argo Workflows and MPIJob CRDs, and
+proves the real garbage collector works (a canary)."""
+
+import asyncio
+import time
+from pathlib import Path
+
+import yaml
+
+from localcluster.binaries import REPO_ROOT, upstream_crds_dir
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+
+CRD_API = "apiextensions.k8s.io/v1"
+UPSTREAM_FILES = (
+    "argoproj.io_workflows.yaml",
+    "argoproj.io_workflowtemplates.yaml",
+    "argoproj.io_workflowtaskresults.yaml",
+    "kubeflow.org_mpijobs.yaml",
+)
+
+
+def project_crd_files() -> list[Path]:
+    return sorted((REPO_ROOT / "crds").glob("*.yaml"))
+
+
+def upstream_crd_files(root: Path | None = None) -> list[Path]:
+    """The full upstream CRDs Signal needs (a ``full/`` copy is preferred to ``minimal/``)."""
+    root = root or upstream_crds_dir()
+    found: list[Path] = []
+    for name in UPSTREAM_FILES:
+        candidates = sorted(root.rglob(name), key=lambda p: ("minimal" in p.parts, str(p)))
+        if not candidates:
+            raise FileNotFoundError(f"{name} not found under {root}; set SIGNAL_UPSTREAM_CRDS")
+        found.append(candidates[0])
+    return found
+
+
+async def apply_crd(kube: KubeClient, document: Obj) -> str:
+    name: str = document["metadata"]["name"]
+    await kube.apply(resource_path(CRD_API, "customresourcedefinitions", name=name), document)
+    return name
+
+
+async def wait_established(kube: KubeClient, names: list[str], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    pending = set(names)
+    while pending:
+        for name in sorted(pending):
+            crd = await kube.get(resource_path(CRD_API, "customresourcedefinitions", name=name))
+            conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+            if conditions.get("Established") == "True":
+                pending.discard(name)
+        if pending and time.monotonic() > deadline:
+            raise TimeoutError(f"CRDs not Established after {timeout}s: {sorted(pending)}")
+        if pending:
+            await asyncio.sleep(0.1)
+
+
+async def install_crds(kube: KubeClient, files: list[Path]) -> list[str]:
+    """Server-side apply every CRD in ``files`` and wait until all are Established."""
+    names = []
+    for path in files:
+        for document in yaml.safe_load_all(path.read_text()):
+            if document and document.get("kind") == "CustomResourceDefinition":
+                names.append(await apply_crd(kube, document))
+    await wait_established(kube, names)
+    return names
+
+
+async def prove_garbage_collection(kube: KubeClient, namespace: str = "default", timeout: float = 60.0) -> float:
+    """Foreground-delete an owner ConfigMap and wait for its dependent to go. Returns seconds."""
+    started = time.monotonic()
+    cms = resource_path("v1", "configmaps", namespace)
+    owner = await kube.create(cms, {"metadata": {"generateName": "gc-canary-owner-"}})
+    owner_ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner["metadata"]["name"],
+                 "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    dependent = await kube.create(cms, {"metadata": {"generateName": "gc-canary-dep-", "ownerReferences": [owner_ref]}})
+    await kube.delete(f"{cms}/{owner['metadata']['name']}", {"propagationPolicy": "Foreground"})
+    while time.monotonic() - started < timeout:
+        try:
+            await kube.get(f"{cms}/{dependent['metadata']['name']}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return time.monotonic() - started
+            raise
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"garbage collector did not delete the canary dependent within {timeout}s")

@@ -1,0 +1,49 @@
+// Command kplane is a multicall binary for the local control plane used by Project
+// Signal's tests, benchmarks and demo: the first argument picks the component, the rest
+// are that component's own flags. Each component runs as a separate process.
+package main
+
+import (
+	"fmt"
+	"os"
+	_ "time/tzdata"
+
+	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/server/v3/etcdmain"
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: kplane etcd|kube-apiserver|kube-controller-manager|kube-scheduler [flags]")
+	os.Exit(2)
+}
+
+func runCobra(command *cobra.Command) {
+	command.SetArgs(os.Args[2:])
+	os.Exit(cli.Run(command))
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	switch os.Args[1] {
+	case "etcd":
+		// etcdmain reads its flags from args[1:].
+		etcdmain.Main(append([]string{"etcd"}, os.Args[2:]...))
+	case "kube-apiserver":
+		runCobra(apiserver.NewAPIServerCommand())
+	case "kube-controller-manager":
+		runCobra(controllermanager.NewControllerManagerCommand())
+	case "kube-scheduler":
+		runCobra(scheduler.NewSchedulerCommand())
+	default:
+		usage()
+	}
+}

@@ -1,0 +1,120 @@
+"""A small raw-JSON Kubernetes client over httpx for the local control plane's own
+support code (CRD install, fleet, process kubelet). The services use their own
+gateways; this one exists so test support never depends on product code.
+"""
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+Obj = dict[str, Any]
+
+CORE_PLURALS = {"pods", "nodes", "namespaces", "configmaps", "secrets", "services", "serviceaccounts", "events"}
+
+
+class ApiError(RuntimeError):
+    """A non-2xx answer of the API server."""
+
+    def __init__(self, status: int, reason: str, message: str, method: str, path: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def resource_path(
+    api_version: str, plural: str, namespace: str | None = None, name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """URL path of a collection or an object."""
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    parts = [base]
+    if namespace:
+        parts.append(f"namespaces/{namespace}")
+    parts.append(plural)
+    if name:
+        parts.append(name)
+    if subresource:
+        parts.append(subresource)
+    return "/".join(parts)
+
+
+@dataclass
+class KubeClient:
+    """Bearer-token client for one identity."""
+
+    server: str
+    token: str
+    ca_file: Path
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=self.server,
+            verify=str(self.ca_file),
+            headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"},
+            timeout=self.timeout,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "KubeClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def request(
+        self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        content = None if body is None else (body if isinstance(body, (bytes, str)) else json.dumps(body))
+        headers = {"Content-Type": content_type} if content is not None else {}
+        response = await self._http.request(method, path, content=content, params=params, headers=headers)
+        if response.status_code >= 300:
+            try:
+                status = response.json()
+                reason, message = status.get("reason", ""), status.get("message", response.text)
+            except ValueError:
+                reason, message = "", response.text
+            raise ApiError(response.status_code, reason, message, method, path)
+        if not response.content:
+            return {}
+        result: Obj = response.json()
+        return result
+
+    async def get(self, path: str, **params: str) -> Obj:
+        return await self.request("GET", path, params=params or None)
+
+    async def create(self, path: str, body: Obj) -> Obj:
+        return await self.request("POST", path, body=body)
+
+    async def merge_patch(self, path: str, patch: Obj) -> Obj:
+        return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    async def apply(self, path: str, body: Obj | str, manager: str = "signal-localcluster") -> Obj:
+        """Server-side apply (forced) of a whole object."""
+        return await self.request(
+            "PATCH", path, body=body, content_type="application/apply-patch+yaml",
+            params={"fieldManager": manager, "force": "true"},
+        )
+
+    async def delete(self, path: str, body: Obj | None = None) -> Obj:
+        return await self.request("DELETE", path, body=body)
+
+    async def watch(self, path: str, **params: str) -> AsyncIterator[Obj]:
+        """Yield watch events (dicts with type and object) until the server closes."""
+        query = {"watch": "true", "allowWatchBookmarks": "true", **params}
+        async with self._http.stream("GET", path, params=query, timeout=None) as response:
+            if response.status_code >= 300:
+                text = (await response.aread()).decode(errors="replace")
+                raise ApiError(response.status_code, "", text, "WATCH", path)
+            async for line in response.aiter_lines():
+                if line:
+                    yield json.loads(line)

@@ -1,0 +1,263 @@
+"""A process kubelet: runs the containers of Pods bound to simulated Nodes as local
+processes and reports their status through ``pods/status`` in kubelet order
+(Pending -> Running -> Succeeded/Failed, never backwards).
+
+It enforces ``activeDeadlineSeconds`` (phase Failed, reason DeadlineExceeded), caps
+termination messages at 4096 bytes, and on deletion stops the processes and completes
+the delete with grace 0 and a uid precondition, as a real kubelet does. Restart policies
+are not simulated: every container runs once. Init containers run first, in order.
+"""
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.podprocess import PodSpecError, ProcessSpec, materialise_volumes, pod_key, process_spec
+
+log = structlog.get_logger("process-kubelet")
+TERMINATION_MESSAGE_LIMIT = 4096
+KILL_GRACE_SECONDS = 2.0
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class PodRun:
+    """The kubelet's record of one Pod it is running."""
+
+    pod: Obj
+    task: asyncio.Task[None] | None = None
+    processes: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
+    phase: str = "Pending"
+    deleting: bool = False
+
+
+@dataclass
+class ProcessKubelet:
+    """Runs Pods bound to Nodes for which ``manages(node_name)`` is true."""
+
+    kube: KubeClient
+    workdir: Path
+    manages: Callable[[str], bool]
+    runs: dict[str, PodRun] = field(default_factory=dict)
+    _watcher: asyncio.Task[None] | None = None
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._watcher = asyncio.create_task(self._watch_forever(), name="process-kubelet-watch")
+
+    async def stop(self) -> None:
+        if self._watcher:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+        for run in list(self.runs.values()):
+            self._kill(run, signal.SIGKILL)
+            if run.task:
+                run.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await run.task
+
+    # -- watching ------------------------------------------------------------------------
+
+    async def _watch_forever(self) -> None:
+        path = resource_path("v1", "pods")
+        selector = {"fieldSelector": "spec.nodeName!="}
+        while True:
+            try:
+                listing = await self.kube.get(path, **selector)
+                for pod in listing.get("items", []):
+                    self._observe(pod)
+                version = listing["metadata"]["resourceVersion"]
+                while True:
+                    async for event in self.kube.watch(path, resourceVersion=version, **selector):
+                        if event["type"] == "ERROR":
+                            raise ApiError(event["object"].get("code", 500), "", str(event["object"]), "WATCH", path)
+                        version = event["object"]["metadata"]["resourceVersion"]
+                        if event["type"] in {"ADDED", "MODIFIED"}:
+                            self._observe(event["object"])
+                        elif event["type"] == "DELETED":
+                            self._forget(event["object"])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - re-list after any watch failure
+                log.warning("pod watch failed; re-listing", error=str(exc))
+                await asyncio.sleep(0.5)
+
+    def _observe(self, pod: Obj) -> None:
+        if not self.manages(pod["spec"].get("nodeName", "")):
+            return
+        uid = pod["metadata"]["uid"]
+        run = self.runs.get(uid)
+        if run is None:
+            if pod.get("status", {}).get("phase") in {"Succeeded", "Failed"}:
+                if pod["metadata"].get("deletionTimestamp"):
+                    self._spawn(self._finish_delete(pod), f"delete {pod_key(pod)}")
+                return
+            run = self.runs[uid] = PodRun(pod)
+            run.task = self._spawn(self._run_pod(run), f"pod {pod_key(pod)}")
+        run.pod = pod
+        if pod["metadata"].get("deletionTimestamp") and not run.deleting:
+            run.deleting = True
+            self._spawn(self._delete(run), f"delete {pod_key(pod)}")
+
+    def _forget(self, pod: Obj) -> None:
+        run = self.runs.pop(pod["metadata"]["uid"], None)
+        if run is not None:
+            self._kill(run, signal.SIGKILL)
+            if run.task:
+                run.task.cancel()
+            shutil.rmtree(self._pod_dir(pod), ignore_errors=True)
+
+    def _pod_dir(self, pod: Obj) -> Path:
+        meta = pod["metadata"]
+        return self.workdir / f"{meta['namespace']}_{meta['name']}_{meta['uid']}"
+
+    # -- running -------------------------------------------------------------------------
+
+    async def _run_pod(self, run: PodRun) -> None:
+        pod = run.pod
+        pod_dir = self._pod_dir(pod)
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        started = _now()
+        try:
+            volumes = await materialise_volumes(self.kube, pod, pod_dir)
+            specs = {c["name"]: process_spec(pod, c, pod_dir, volumes)
+                     for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]}
+        except (PodSpecError, ApiError, KeyError, OSError) as exc:
+            await self._write_status(run, "Failed", started, reason="SimulationError", message=str(exc)[:1000])
+            return
+        await self._write_status(run, "Running", started, containers=self._running(pod, started))
+        deadline = pod["spec"].get("activeDeadlineSeconds")
+        try:
+            async with asyncio.timeout(deadline):
+                statuses = await self._run_containers(run, specs, started)
+        except TimeoutError:
+            self._kill(run, signal.SIGKILL)
+            await self._write_status(
+                run, "Failed", started, reason="DeadlineExceeded",
+                message=f"Pod was active on the node longer than the specified deadline ({deadline}s)",
+                containers=[self._terminated(specs[c["name"]], c, 137, started) for c in pod["spec"]["containers"]],
+            )
+            return
+        phase = "Succeeded" if all(s["state"]["terminated"]["exitCode"] == 0 for s in statuses) else "Failed"
+        await self._write_status(run, phase, started, containers=statuses)
+
+    async def _run_containers(self, run: PodRun, specs: dict[str, ProcessSpec], started: str) -> list[Obj]:
+        pod = run.pod
+        for container in pod["spec"].get("initContainers", []):
+            code = await self._exec(run, container["name"], specs[container["name"]])
+            if code != 0:
+                return [self._terminated(specs[c["name"]], c, -1, started) for c in pod["spec"]["containers"]]
+        containers = pod["spec"]["containers"]
+        codes = await asyncio.gather(*(self._exec(run, c["name"], specs[c["name"]]) for c in containers))
+        return [self._terminated(specs[c["name"]], c, code, started) for c, code in zip(containers, codes, strict=True)]
+
+    async def _exec(self, run: PodRun, name: str, spec: ProcessSpec) -> int:
+        with spec.log_file.open("ab") as output:
+            process = await asyncio.create_subprocess_exec(
+                *spec.argv, env=spec.env, cwd=spec.cwd, stdout=output, stderr=output,
+                stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+            )
+        run.processes[name] = process
+        return await process.wait()
+
+    def _kill(self, run: PodRun, sig: signal.Signals) -> None:
+        for process in run.processes.values():
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, sig)
+
+    # -- status --------------------------------------------------------------------------
+
+    def _running(self, pod: Obj, started: str) -> list[Obj]:
+        return [{"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": True, "restartCount": 0,
+                 "started": True, "state": {"running": {"startedAt": started}}} for c in pod["spec"]["containers"]]
+
+    def _terminated(self, spec: ProcessSpec, container: Obj, code: int, started: str) -> Obj:
+        message = spec.termination_file.read_bytes()[:TERMINATION_MESSAGE_LIMIT] if spec.termination_file.exists() else b""
+        if not message and code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            message = spec.log_file.read_bytes()[-2048:] if spec.log_file.exists() else b""
+        exit_code = code if code >= 0 else 128 - code
+        terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
+                      "startedAt": started, "finishedAt": _now(), "containerID": f"process://{spec.argv[0]}"}
+        if code < 0:
+            terminated["signal"] = -code
+        if message:
+            terminated["message"] = message.decode("utf-8", errors="replace")
+        return {"name": container["name"], "image": container.get("image", ""), "imageID": "", "ready": False,
+                "restartCount": 0, "started": False, "state": {"terminated": terminated}}
+
+    async def _write_status(self, run: PodRun, phase: str, started: str, *, reason: str | None = None,
+                            message: str | None = None, containers: list[Obj] | None = None) -> None:
+        order = ["Pending", "Running", "Succeeded", "Failed"]
+        if run.deleting or order.index(phase) < order.index(run.phase) or run.phase in {"Succeeded", "Failed"}:
+            return
+        run.phase = phase
+        ready = "True" if phase == "Running" else "False"
+        status: Obj = {
+            "phase": phase, "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
+            "startTime": started,
+            "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": started},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": started},
+                {"type": "ContainersReady", "status": ready, "lastTransitionTime": _now()},
+                {"type": "Ready", "status": ready, "lastTransitionTime": _now()},
+            ],
+        }
+        if reason:
+            status["reason"] = reason
+        if message:
+            status["message"] = message
+        if containers is not None:
+            status["containerStatuses"] = containers
+        meta = run.pod["metadata"]
+        patch = {"metadata": {"uid": meta["uid"]}, "status": status}
+        try:
+            await self.kube.merge_patch(
+                resource_path("v1", "pods", meta["namespace"], meta["name"], "status"), patch)
+        except ApiError as exc:
+            if exc.status not in {404, 409}:
+                raise
+
+    # -- deletion ------------------------------------------------------------------------
+
+    async def _delete(self, run: PodRun) -> None:
+        self._kill(run, signal.SIGTERM)
+        grace = min(float(run.pod["metadata"].get("deletionGracePeriodSeconds") or 0), KILL_GRACE_SECONDS)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                for process in run.processes.values():
+                    await process.wait()
+        self._kill(run, signal.SIGKILL)
+        if run.task:
+            run.task.cancel()
+        await self._finish_delete(run.pod)
+
+    async def _finish_delete(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
+        try:
+            await self.kube.delete(resource_path("v1", "pods", meta["namespace"], meta["name"]), body)
+        except ApiError as exc:
+            if exc.status not in {404, 409}:
+                raise

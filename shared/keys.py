@@ -1,0 +1,44 @@
+"""Every API group, label, annotation and condition key Project Signal writes.
+
+One module so that no component spells a key on its own. Pure constants; no I/O.
+"""
+
+from typing import Final
+
+GROUP: Final = "projectsignal.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+
+PROFILE_KIND: Final = "CertificationProfile"
+PROFILE_PLURAL: Final = "certificationprofiles"
+RUN_KIND: Final = "CertificationRun"
+RUN_PLURAL: Final = "certificationruns"
+
+# Set by an operator (or the recurrence policy) to request certification of a Node
+# by the named profile; only Nodes carrying it are candidates.
+CERTIFY_LABEL: Final = f"{GROUP}/certify"
+# Reservation of a Node by a Run: label (Run uid) for selection, annotation for detail.
+RESERVED_BY_LABEL: Final = f"{GROUP}/reserved-by"
+RESERVATION_ANNOTATION: Final = f"{GROUP}/reservation"
+# Prefix of the per-profile result label: certified.projectsignal.dev/<profile>.
+CERTIFIED_LABEL_PREFIX: Final = f"certified.{GROUP}/"
+
+# Labels Signal puts on the objects it creates.
+RUN_NAME_LABEL: Final = f"{GROUP}/run"
+RUN_UID_LABEL: Final = f"{GROUP}/run-uid"
+PROFILE_LABEL: Final = f"{GROUP}/profile"
+CHECK_LABEL: Final = f"{GROUP}/check"
+PARTICIPANT_LABEL: Final = f"{GROUP}/participant-index"
+COMPONENT_LABEL: Final = f"{GROUP}/component"
+
+# Simulated-fleet and topology labels used by the local control plane and examples.
+GPU_RESOURCE: Final = "nvidia.com/gpu"
+ZONE_LABEL: Final = "topology.kubernetes.io/zone"
+RACK_LABEL: Final = f"{GROUP}/rack"
+
+FIELD_MANAGER: Final = "signal-controller"
+
+
+def certified_label(profile_name: str) -> str:
+    """The Node label that carries the latest result of ``profile_name``."""
+    return f"{CERTIFIED_LABEL_PREFIX}{profile_name}"

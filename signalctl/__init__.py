@@ -1,0 +1,1 @@
+"""signalctl package."""
