@@ -51,6 +51,14 @@ class LocalCluster:
         await self.stop()
 
     async def start(self, progress: Callable[[str], None] | None = None) -> None:
+        """Start everything; on any failure, stop what was started and re-raise."""
+        try:
+            await self._start(progress)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self, progress: Callable[[str], None] | None) -> None:
         say = progress or (lambda _message: None)
         began = time.monotonic()
         say("starting etcd and kube-apiserver")

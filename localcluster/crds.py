@@ -47,7 +47,7 @@ async def wait_established(kube: KubeClient, names: list[str], timeout: float = 
     while pending:
         for name in sorted(pending):
             crd = await kube.get(resource_path(CRD_API, "customresourcedefinitions", name=name))
-            conditions = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+            conditions = {c["type"]: c["status"] for c in (crd.get("status") or {}).get("conditions") or []}
             if conditions.get("Established") == "True":
                 pending.discard(name)
         if pending and time.monotonic() > deadline:

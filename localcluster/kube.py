@@ -4,6 +4,7 @@ gateways; this one exists so test support never depends on product code.
 """
 
 import json
+import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +56,7 @@ class KubeClient:
     def __post_init__(self) -> None:
         self._http = httpx.AsyncClient(
             base_url=self.server,
-            verify=str(self.ca_file),
+            verify=ssl.create_default_context(cafile=str(self.ca_file)),
             headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"},
             timeout=self.timeout,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
@@ -72,10 +73,12 @@ class KubeClient:
 
     async def request(
         self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
-        content_type: str = "application/json",
+        content_type: str = "application/json", accept: str | None = None,
     ) -> Obj:
         content = None if body is None else (body if isinstance(body, (bytes, str)) else json.dumps(body))
         headers = {"Content-Type": content_type} if content is not None else {}
+        if accept:
+            headers["Accept"] = accept
         response = await self._http.request(method, path, content=content, params=params, headers=headers)
         if response.status_code >= 300:
             try:

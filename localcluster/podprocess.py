@@ -2,14 +2,17 @@
 environment (env, downward API, ConfigMap keys), and volumes materialised as
 directories (ConfigMap and projected volumes read-only, emptyDir writable).
 
-Processes cannot see the Pod's mount paths, so every argv element and env value that
-starts with a mount path (or is the termination-message path) is translated to the
-host directory that stands in for it. The project's own images map to their Python
+Processes cannot see the Pod's mount paths, so every occurrence of a mount path (or of
+the termination-message path) in argv and env values, including inside ``sh -c``
+scripts, is translated to the host directory that stands in for it. Paths inside files
+(e.g. a mounted script) are not translated: Signal's runner takes every path from its
+arguments or environment. The project's own images map to their Python
 entrypoints when a container has no command.
 """
 
 import base64
 import os
+import re
 import shutil
 import stat
 import sys
@@ -141,9 +144,12 @@ async def materialise_volumes(kube: KubeClient, pod: Obj, pod_dir: Path) -> dict
 
 
 def _translate(value: str, mounts: list[tuple[str, Path]]) -> str:
+    """Replace every occurrence of a mount path in ``value`` (as a whole path or a path
+    prefix, anywhere in the string, e.g. inside ``sh -c`` scripts) by its host directory."""
     for mount_path, host in mounts:
-        if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
-            return str(host) + value[len(mount_path.rstrip("/")):]
+        root = mount_path.rstrip("/") or "/"
+        pattern = re.compile(r"(?<![\w./-])" + re.escape(root) + r"(?=/|$|[^\w.-])")
+        value = pattern.sub(lambda _match, h=str(host): h, value)
     return value
 
 

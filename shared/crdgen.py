@@ -20,7 +20,7 @@ from shared.profile import CertificationProfile
 from shared.run import CertificationRun
 
 JsonSchema = dict[str, Any]
-_DROP = {"title", "propertyNames", "$defs"}
+_DROP = {"title", "propertyNames", "patternProperties", "$defs"}
 
 
 def _resolve(node: Any, defs: dict[str, JsonSchema]) -> Any:
@@ -42,6 +42,10 @@ def _resolve(node: Any, defs: dict[str, JsonSchema]) -> Any:
         node = {**_resolve(options[0], defs), **node}
         if node.get("default", 0) is None:
             del node["default"]
+    if "patternProperties" in node and "additionalProperties" not in node:
+        # Key patterns are not structural; keys are checked by CEL rules instead.
+        (value_schema,) = node.pop("patternProperties").values()
+        node["additionalProperties"] = value_schema
     if "exclusiveMaximum" in node and node.get("type") == "integer":
         node["maximum"] = node.pop("exclusiveMaximum") - 1
     out: JsonSchema = {}

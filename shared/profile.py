@@ -86,7 +86,7 @@ ExtendedResources = Annotated[
             "maxProperties": 16,
             "x-kubernetes-validations": [
                 {
-                    "rule": "self.all(k, k.contains('/') && k != 'nvidia.com/gpu')",
+                    "rule": f"self.all(k, k.contains('/') && k != 'nvidia.com/gpu' && k.matches(r'{RESOURCE_NAME_PATTERN}'))",
                     "message": "keys must be extended resources (domain/name) other than nvidia.com/gpu; use gpuCount",
                 }
             ],

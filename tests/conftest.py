@@ -47,5 +47,5 @@ async def namespace(cluster: LocalCluster) -> AsyncIterator[str]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report = yield
     if report.failed and _CLUSTER is not None and "cluster" in getattr(item, "fixturenames", ()):
-        report.sections.append(("local control plane logs", _CLUSTER.plane.logs(30)))
+        report.sections.append(("local control plane logs", _CLUSTER.plane.logs(12)))
     return report

@@ -23,7 +23,7 @@ def _walk(node: Any, path: str = "") -> list[str]:
     found = []
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in {"$ref", "anyOf", "allOf", "oneOf", "title", "$defs", "propertyNames", "const"}:
+            if key in {"$ref", "anyOf", "allOf", "oneOf", "title", "$defs", "propertyNames", "patternProperties", "const"}:
                 found.append(f"{path}.{key}")
             if key == "exclusiveMaximum" and not isinstance(value, bool):
                 found.append(f"{path}.{key}")
