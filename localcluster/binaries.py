@@ -12,21 +12,20 @@ class BuildError(RuntimeError):
     """The control-plane binary could not be built."""
 
 
-def kplane_binary() -> Path:
-    """Path of the kplane binary: ``$SIGNAL_KPLANE_BINARY`` or the cached build."""
+def kplane_binary(*, show_progress: bool = False) -> Path:
+    """Path of the kplane binary: ``$SIGNAL_KPLANE_BINARY`` or the cached build.
+    With ``show_progress`` the build's messages go to this process's stderr."""
     override = os.environ.get("SIGNAL_KPLANE_BINARY")
     if override:
         path = Path(override)
         if not os.access(path, os.X_OK):
             raise BuildError(f"SIGNAL_KPLANE_BINARY={override} is not an executable file")
         return path
-    result = subprocess.run(  # noqa: S603 - our own script
-        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False
-    )
+    result = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BuildError(
             f"building the local control plane failed (exit {result.returncode}); "
-            f"run {BUILD_SCRIPT} to see why:\n{result.stderr[-4000:]}"
+            f"run {BUILD_SCRIPT} to see why:\n{(result.stderr or '')[-4000:]}"
         )
     return Path(result.stdout.strip().splitlines()[-1])
 

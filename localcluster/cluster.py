@@ -14,7 +14,12 @@ import structlog
 
 from localcluster import identities
 from localcluster.controlplane import ControlPlane
-from localcluster.crds import install_crds, project_crd_files, prove_garbage_collection, upstream_crd_files
+from localcluster.crds import (
+    install_crds,
+    project_crd_files,
+    prove_garbage_collection,
+    upstream_crd_files,
+)
 from localcluster.fleet import SimNode, create_nodes, heartbeat
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.kubelet import ProcessKubelet
@@ -46,7 +51,10 @@ class LocalCluster:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.stop()
 
@@ -76,7 +84,8 @@ class LocalCluster:
         self.kubelet = ProcessKubelet(self.admin, self.plane.workdir / "kubelet", lambda n: n in self.simulated)
         await self.kubelet.start()
         self._heartbeat = asyncio.create_task(
-            heartbeat(self.admin, lambda: sorted(self.simulated), self.heartbeat_seconds), name="node-heartbeat"
+            heartbeat(self.admin, lambda: sorted(self.simulated), self.heartbeat_seconds),
+            name="node-heartbeat",
         )
         self.timings["total"] = time.monotonic() - began
         log.info("local cluster ready", **{k: round(v, 2) for k, v in self.timings.items()})
@@ -93,7 +102,11 @@ class LocalCluster:
         self.plane.stop()
 
     async def add_nodes(
-        self, nodes: Iterable[SimNode], *, concurrency: int = 32, progress: Callable[[int], None] | None = None
+        self,
+        nodes: Iterable[SimNode],
+        *,
+        concurrency: int = 32,
+        progress: Callable[[int], None] | None = None,
     ) -> list[Obj]:
         """Create simulated Nodes; their Pods run under the process kubelet."""
         nodes = list(nodes)

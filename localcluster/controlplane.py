@@ -56,7 +56,7 @@ class Component:
 
     def start(self, binary: Path, env: dict[str, str]) -> None:
         handle = self.log_path.open("ab")
-        self.process = subprocess.Popen(  # noqa: S603 - our own binary
+        self.process = subprocess.Popen(
             [str(binary), self.name, *self.args],
             stdout=handle,
             stderr=subprocess.STDOUT,
@@ -92,6 +92,8 @@ class ControlPlane:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="signal-kplane-")))
     with_scheduler: bool = True
     keep_workdir: bool = False
+    binary: Path | None = None
+    """The kplane binary; default: the cached build (built on first use)."""
     admin_token: str = field(default_factory=lambda: secrets.token_hex(16))
     user_tokens: dict[str, str] = field(default_factory=dict)
     components: list[Component] = field(default_factory=list)
@@ -118,22 +120,24 @@ class ControlPlane:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()
 
     # -- start -----------------------------------------------------------------------------
 
-    def start(self, binary: Path | None = None) -> None:
+    def start(self) -> None:
         """Start everything. Install CRDs between start_api() and start_controllers() instead
         when the garbage collector must know them from its first sync."""
-        self.start_api(binary)
+        self.start_api()
         self.start_controllers()
 
-    def start_api(self, binary: Path | None = None) -> None:
+    def start_api(self) -> None:
         """Start etcd and kube-apiserver and wait until the API server is ready."""
-        self._binary = binary or kplane_binary()
-        binary = self._binary
+        self._binary = binary = self.binary or kplane_binary()
         self._began = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         (self.workdir / "certs").mkdir(exist_ok=True)
@@ -176,16 +180,25 @@ class ControlPlane:
         ]
         kcm = self._component(
             "kube-controller-manager",
-            [*common, f"--secure-port={free_port()}", f"--controllers={CONTROLLERS}",
-             "--concurrent-gc-syncs=5", f"--cert-dir={self.workdir / 'certs-kcm'}"],
+            [
+                *common,
+                f"--secure-port={free_port()}",
+                f"--controllers={CONTROLLERS}",
+                "--concurrent-gc-syncs=5",
+                f"--cert-dir={self.workdir / 'certs-kcm'}",
+            ],
         )
         kcm.start(binary, env)
         if self.with_scheduler:
             scheduler = self._component("kube-scheduler", [*common, f"--secure-port={free_port()}"])
             scheduler.start(binary, env)
         self.started_seconds = time.monotonic() - self._began
-        log.info("control plane started", server=self.server, seconds=round(self.started_seconds, 2),
-                 workdir=str(self.workdir))
+        log.info(
+            "control plane started",
+            server=self.server,
+            seconds=round(self.started_seconds, 2),
+            workdir=str(self.workdir),
+        )
 
     def _component(self, name: str, args: Sequence[str]) -> Component:
         component = Component(name, list(args), self.workdir / f"{name}.log")
@@ -217,8 +230,12 @@ class ControlPlane:
     def _write_credentials(self) -> None:
         key, pub = self.workdir / "sa.key", self.workdir / "sa.pub"
         if not key.exists():
-            subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)  # noqa: S607
-            subprocess.run(["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)], check=True, capture_output=True)  # noqa: S607
+            subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+            subprocess.run(
+                ["openssl", "rsa", "-in", str(key), "-pubout", "-out", str(pub)],
+                check=True,
+                capture_output=True,
+            )
         rows = [f'{self.admin_token},signal-admin,uid-admin,"system:masters"']
         for user, groups in NAMED_USERS.items():
             token = self.user_tokens.setdefault(user, secrets.token_hex(16))
@@ -231,8 +248,15 @@ class ControlPlane:
         path.write_text(kubeconfig_text(self.server, self.ca_file, token, namespace))
         path.chmod(0o600)
 
-    def _wait_http(self, url: str, component: Component, *, verify: bool, token: str | None = None,
-                   timeout: float = 60.0) -> None:
+    def _wait_http(
+        self,
+        url: str,
+        component: Component,
+        *,
+        verify: bool,
+        token: str | None = None,
+        timeout: float = 60.0,
+    ) -> None:
         deadline = time.monotonic() + timeout
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         last = ""

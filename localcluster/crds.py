@@ -72,8 +72,14 @@ async def prove_garbage_collection(kube: KubeClient, namespace: str = "default",
     started = time.monotonic()
     cms = resource_path("v1", "configmaps", namespace)
     owner = await kube.create(cms, {"metadata": {"generateName": "gc-canary-owner-"}})
-    owner_ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner["metadata"]["name"],
-                 "uid": owner["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    owner_ref = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     dependent = await kube.create(cms, {"metadata": {"generateName": "gc-canary-dep-", "ownerReferences": [owner_ref]}})
     await kube.delete(f"{cms}/{owner['metadata']['name']}", {"propagationPolicy": "Foreground"})
     while time.monotonic() - started < timeout:

@@ -8,9 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import keys
-
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from shared import keys
 
 SIMULATED_LABEL = "projectsignal.dev/simulated"
 RDMA_RESOURCE = "rdma/ib"
@@ -105,7 +104,13 @@ def standard_fleet(count: int, prefix: str = "gpu", zones: int = 3, racks_per_zo
     for i in range(count):
         zone = i % zones
         rack = (i // zones) % racks_per_zone
-        nodes.append(SimNode(f"{prefix}-{i + 1:0{width}d}", zone=f"zone-{chr(97 + zone)}", rack=f"rack-{zone}{rack}"))
+        nodes.append(
+            SimNode(
+                f"{prefix}-{i + 1:0{width}d}",
+                zone=f"zone-{chr(97 + zone)}",
+                rack=f"rack-{zone}{rack}",
+            )
+        )
     return nodes
 
 
@@ -138,7 +143,9 @@ async def create_nodes(
 async def set_ready(kube: KubeClient, name: str, ready: bool) -> Obj:
     patch = {"status": {"conditions": [ready_condition(ready, _now())]}}
     return await kube.request(
-        "PATCH", resource_path("v1", "nodes", name=name, subresource="status"), body=patch,
+        "PATCH",
+        resource_path("v1", "nodes", name=name, subresource="status"),
+        body=patch,
         content_type="application/strategic-merge-patch+json",
     )
 

@@ -61,4 +61,9 @@ async def service_account(
         }
         path = resource_path("v1", "serviceaccounts", namespace, name, "token")
         answer = await kube.create(path, request)
-    return Identity(f"system:serviceaccount:{namespace}:{name}", answer["status"]["token"], plane.server, plane.ca_file)
+    return Identity(
+        f"system:serviceaccount:{namespace}:{name}",
+        answer["status"]["token"],
+        plane.server,
+        plane.ca_file,
+    )

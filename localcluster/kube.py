@@ -14,7 +14,16 @@ import httpx
 
 Obj = dict[str, Any]
 
-CORE_PLURALS = {"pods", "nodes", "namespaces", "configmaps", "secrets", "services", "serviceaccounts", "events"}
+CORE_PLURALS = {
+    "pods",
+    "nodes",
+    "namespaces",
+    "configmaps",
+    "secrets",
+    "services",
+    "serviceaccounts",
+    "events",
+}
 
 
 class ApiError(RuntimeError):
@@ -28,7 +37,10 @@ class ApiError(RuntimeError):
 
 
 def resource_path(
-    api_version: str, plural: str, namespace: str | None = None, name: str | None = None,
+    api_version: str,
+    plural: str,
+    namespace: str | None = None,
+    name: str | None = None,
     subresource: str | None = None,
 ) -> str:
     """URL path of a collection or an object."""
@@ -72,8 +84,14 @@ class KubeClient:
         await self.close()
 
     async def request(
-        self, method: str, path: str, *, body: Any = None, params: Mapping[str, str] | None = None,
-        content_type: str = "application/json", accept: str | None = None,
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        accept: str | None = None,
     ) -> Obj:
         content = None if body is None else (body if isinstance(body, (bytes, str)) else json.dumps(body))
         headers = {"Content-Type": content_type} if content is not None else {}
@@ -104,7 +122,10 @@ class KubeClient:
     async def apply(self, path: str, body: Obj | str, manager: str = "signal-localcluster") -> Obj:
         """Server-side apply (forced) of a whole object."""
         return await self.request(
-            "PATCH", path, body=body, content_type="application/apply-patch+yaml",
+            "PATCH",
+            path,
+            body=body,
+            content_type="application/apply-patch+yaml",
             params={"fieldManager": manager, "force": "true"},
         )
 

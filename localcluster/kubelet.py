@@ -22,7 +22,13 @@ from typing import Any
 import structlog
 
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
-from localcluster.podprocess import PodSpecError, ProcessSpec, materialise_volumes, pod_key, process_spec
+from localcluster.podprocess import (
+    PodSpecError,
+    ProcessSpec,
+    materialise_volumes,
+    pod_key,
+    process_spec,
+)
 
 log = structlog.get_logger("process-kubelet")
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -91,7 +97,13 @@ class ProcessKubelet:
                 while True:
                     async for event in self.kube.watch(path, resourceVersion=version, **selector):
                         if event["type"] == "ERROR":
-                            raise ApiError(event["object"].get("code", 500), "", str(event["object"]), "WATCH", path)
+                            raise ApiError(
+                                event["object"].get("code", 500),
+                                "",
+                                str(event["object"]),
+                                "WATCH",
+                                path,
+                            )
                         version = event["object"]["metadata"]["resourceVersion"]
                         if event["type"] in {"ADDED", "MODIFIED"}:
                             self._observe(event["object"])
@@ -99,7 +111,7 @@ class ProcessKubelet:
                             self._forget(event["object"])
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - re-list after any watch failure
+            except Exception as exc:
                 log.warning("pod watch failed; re-listing", error=str(exc))
                 await asyncio.sleep(0.5)
 
@@ -141,8 +153,10 @@ class ProcessKubelet:
         started = _now()
         try:
             volumes = await materialise_volumes(self.kube, pod, pod_dir)
-            specs = {c["name"]: process_spec(pod, c, pod_dir, volumes)
-                     for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]}
+            specs = {
+                c["name"]: process_spec(pod, c, pod_dir, volumes)
+                for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+            }
         except (PodSpecError, ApiError, KeyError, OSError) as exc:
             await self._write_status(run, "Failed", started, reason="SimulationError", message=str(exc)[:1000])
             return
@@ -154,7 +168,10 @@ class ProcessKubelet:
         except TimeoutError:
             self._kill(run, signal.SIGKILL)
             await self._write_status(
-                run, "Failed", started, reason="DeadlineExceeded",
+                run,
+                "Failed",
+                started,
+                reason="DeadlineExceeded",
                 message=f"Pod was active on the node longer than the specified deadline ({deadline}s)",
                 containers=[self._terminated(specs[c["name"]], c, 137, started) for c in pod["spec"]["containers"]],
             )
@@ -175,8 +192,13 @@ class ProcessKubelet:
     async def _exec(self, run: PodRun, name: str, spec: ProcessSpec) -> int:
         with spec.log_file.open("ab") as output:
             process = await asyncio.create_subprocess_exec(
-                *spec.argv, env=spec.env, cwd=spec.cwd, stdout=output, stderr=output,
-                stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+                *spec.argv,
+                env=spec.env,
+                cwd=spec.cwd,
+                stdout=output,
+                stderr=output,
+                stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
             )
         run.processes[name] = process
         return await process.wait()
@@ -190,32 +212,67 @@ class ProcessKubelet:
     # -- status --------------------------------------------------------------------------
 
     def _running(self, pod: Obj, started: str) -> list[Obj]:
-        return [{"name": c["name"], "image": c.get("image", ""), "imageID": "", "ready": True, "restartCount": 0,
-                 "started": True, "state": {"running": {"startedAt": started}}} for c in pod["spec"]["containers"]]
+        return [
+            {
+                "name": c["name"],
+                "image": c.get("image", ""),
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "started": True,
+                "state": {"running": {"startedAt": started}},
+            }
+            for c in pod["spec"]["containers"]
+        ]
 
     def _terminated(self, spec: ProcessSpec, container: Obj, code: int, started: str) -> Obj:
-        message = spec.termination_file.read_bytes()[:TERMINATION_MESSAGE_LIMIT] if spec.termination_file.exists() else b""
+        message = (
+            spec.termination_file.read_bytes()[:TERMINATION_MESSAGE_LIMIT] if spec.termination_file.exists() else b""
+        )
         if not message and code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
             message = spec.log_file.read_bytes()[-2048:] if spec.log_file.exists() else b""
         exit_code = code if code >= 0 else 128 - code
-        terminated = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error",
-                      "startedAt": started, "finishedAt": _now(), "containerID": f"process://{spec.argv[0]}"}
+        terminated = {
+            "exitCode": exit_code,
+            "reason": "Completed" if exit_code == 0 else "Error",
+            "startedAt": started,
+            "finishedAt": _now(),
+            "containerID": f"process://{spec.argv[0]}",
+        }
         if code < 0:
             terminated["signal"] = -code
         if message:
             terminated["message"] = message.decode("utf-8", errors="replace")
-        return {"name": container["name"], "image": container.get("image", ""), "imageID": "", "ready": False,
-                "restartCount": 0, "started": False, "state": {"terminated": terminated}}
+        return {
+            "name": container["name"],
+            "image": container.get("image", ""),
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {"terminated": terminated},
+        }
 
-    async def _write_status(self, run: PodRun, phase: str, started: str, *, reason: str | None = None,
-                            message: str | None = None, containers: list[Obj] | None = None) -> None:
+    async def _write_status(
+        self,
+        run: PodRun,
+        phase: str,
+        started: str,
+        *,
+        reason: str | None = None,
+        message: str | None = None,
+        containers: list[Obj] | None = None,
+    ) -> None:
         order = ["Pending", "Running", "Succeeded", "Failed"]
         if run.deleting or order.index(phase) < order.index(run.phase) or run.phase in {"Succeeded", "Failed"}:
             return
         run.phase = phase
         ready = "True" if phase == "Running" else "False"
         status: Obj = {
-            "phase": phase, "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}],
+            "phase": phase,
+            "hostIP": "127.0.0.1",
+            "podIP": "127.0.0.1",
+            "podIPs": [{"ip": "127.0.0.1"}],
             "startTime": started,
             "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": started},
@@ -233,8 +290,7 @@ class ProcessKubelet:
         meta = run.pod["metadata"]
         patch = {"metadata": {"uid": meta["uid"]}, "status": status}
         try:
-            await self.kube.merge_patch(
-                resource_path("v1", "pods", meta["namespace"], meta["name"], "status"), patch)
+            await self.kube.merge_patch(resource_path("v1", "pods", meta["namespace"], meta["name"], "status"), patch)
         except ApiError as exc:
             if exc.status not in {404, 409}:
                 raise

@@ -66,9 +66,12 @@ def _field(pod: Obj, path: str) -> str:
     }
     if path in simple:
         return str(simple[path])
-    for prefix, source in (("metadata.labels['", meta.get("labels", {})), ("metadata.annotations['", meta.get("annotations", {}))):
+    for prefix, source in (
+        ("metadata.labels['", meta.get("labels", {})),
+        ("metadata.annotations['", meta.get("annotations", {})),
+    ):
         if path.startswith(prefix) and path.endswith("']"):
-            return str(source.get(path[len(prefix):-2], ""))
+            return str(source.get(path[len(prefix) : -2], ""))
     raise PodSpecError(f"unsupported downward API field {path!r}")
 
 
@@ -112,8 +115,12 @@ async def _projected_files(kube: KubeClient, pod: Obj, source: Obj) -> dict[str,
                 "kind": "TokenRequest",
                 "spec": {
                     "expirationSeconds": token_source.get("expirationSeconds", 3600),
-                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
-                                       "uid": pod["metadata"]["uid"]},
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": pod["metadata"]["name"],
+                        "uid": pod["metadata"]["uid"],
+                    },
                 },
             }
             answer = await kube.create(resource_path("v1", "serviceaccounts", namespace, account, "token"), request)
@@ -129,16 +136,24 @@ async def materialise_volumes(kube: KubeClient, pod: Obj, pod_dir: Path) -> dict
     for volume in pod["spec"].get("volumes", []):
         target = pod_dir / "volumes" / volume["name"]
         if "configMap" in volume:
-            _write_files(target, await _configmap_files(kube, pod["metadata"]["namespace"], volume["configMap"]), True)
+            _write_files(
+                target,
+                await _configmap_files(kube, pod["metadata"]["namespace"], volume["configMap"]),
+                True,
+            )
         elif "projected" in volume:
             _write_files(target, await _projected_files(kube, pod, volume["projected"]), True)
         elif "emptyDir" in volume:
             target.mkdir(parents=True, exist_ok=True)
         elif "downwardAPI" in volume:
-            files = {i["path"]: _field(pod, i["fieldRef"]["fieldPath"]).encode() for i in volume["downwardAPI"]["items"]}
+            files = {
+                i["path"]: _field(pod, i["fieldRef"]["fieldPath"]).encode() for i in volume["downwardAPI"]["items"]
+            }
             _write_files(target, files, True)
         else:
-            raise PodSpecError(f"volume {volume['name']!r}: only configMap, projected, emptyDir and downwardAPI are simulated")
+            raise PodSpecError(
+                f"volume {volume['name']!r}: only configMap, projected, emptyDir and downwardAPI are simulated"
+            )
         volumes[volume["name"]] = target
     return volumes
 
@@ -149,7 +164,8 @@ def _translate(value: str, mounts: list[tuple[str, Path]]) -> str:
     for mount_path, host in mounts:
         root = mount_path.rstrip("/") or "/"
         pattern = re.compile(r"(?<![\w./-])" + re.escape(root) + r"(?=/|$|[^\w.-])")
-        value = pattern.sub(lambda _match, h=str(host): h, value)
+        replacement = str(host).replace("\\", "\\\\")
+        value = pattern.sub(replacement, value)
     return value
 
 
@@ -171,12 +187,18 @@ def process_spec(pod: Obj, container: Obj, pod_dir: Path, volumes: dict[str, Pat
     argv = list(container.get("command") or IMAGE_ENTRYPOINTS.get(_image_name(container.get("image", "")), []))
     argv += container.get("args", [])
     if not argv:
-        raise PodSpecError(f"container {name!r}: no command and image {container.get('image')!r} has no known entrypoint")
+        raise PodSpecError(
+            f"container {name!r}: no command and image {container.get('image')!r} has no known entrypoint"
+        )
     home = pod_dir / "home"
     home.mkdir(exist_ok=True)
     bin_dir = str(Path(sys.executable).parent)
-    env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
-           "HOSTNAME": pod["metadata"]["name"]}
+    env = {
+        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "HOSTNAME": pod["metadata"]["name"],
+    }
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = item["value"]

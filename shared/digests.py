@@ -62,9 +62,9 @@ def bundle_digest(data: Mapping[str, str], binary_data: Mapping[str, str]) -> st
 
 def canonical_json(document: Any) -> bytes:
     """Canonical serialisation: sorted keys, UTF-8, no insignificant white space."""
-    return json.dumps(
-        document, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-    ).encode("utf-8")
+    return json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
+        "utf-8"
+    )
 
 
 def sha256_digest(payload: bytes) -> str:

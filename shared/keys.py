@@ -7,7 +7,7 @@ from typing import Final
 
 GROUP: Final = "projectsignal.dev"
 VERSION: Final = "v1alpha1"
-API_VERSION: Final = f"{GROUP}/{VERSION}"
+API_VERSION: Final = "projectsignal.dev/v1alpha1"  # GROUP/VERSION, spelled out for typing
 
 PROFILE_KIND: Final = "CertificationProfile"
 PROFILE_PLURAL: Final = "certificationprofiles"

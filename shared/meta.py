@@ -20,7 +20,9 @@ QUANTITY_PATTERN = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 # A qualified name such as "nvidia.com/gpu" or "rdma/ib" (prefix/name).
-RESOURCE_NAME_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+RESOURCE_NAME_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
 DnsSubdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
@@ -74,9 +76,7 @@ class LabelSelectorRequirement(WireModel):
 
     key: Annotated[str, Field(min_length=1, max_length=317)]
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: Annotated[list[Annotated[str, Field(max_length=63)]], Field(max_length=64)] = Field(
-        default_factory=list
-    )
+    values: Annotated[list[Annotated[str, Field(max_length=63)]], Field(max_length=64)] = Field(default_factory=list)
 
 
 class LabelSelector(WireModel):
@@ -86,9 +86,7 @@ class LabelSelector(WireModel):
         dict[str, Annotated[str, Field(max_length=63)]],
         Field(json_schema_extra={"maxProperties": 32}),
     ] = Field(default_factory=dict)
-    match_expressions: Annotated[list[LabelSelectorRequirement], Field(max_length=32)] = Field(
-        default_factory=list
-    )
+    match_expressions: Annotated[list[LabelSelectorRequirement], Field(max_length=32)] = Field(default_factory=list)
 
 
 class Condition(WireModel):

@@ -33,7 +33,11 @@ _POSITIVE_DURATION = {"rule": "duration(self) > duration('0s')", "message": "mus
 
 Duration = Annotated[
     str,
-    Field(max_length=32, pattern=DURATION_PATTERN, json_schema_extra={"x-kubernetes-validations": [_POSITIVE_DURATION]}),
+    Field(
+        max_length=32,
+        pattern=DURATION_PATTERN,
+        json_schema_extra={"x-kubernetes-validations": [_POSITIVE_DURATION]},
+    ),
 ]
 Backend = Literal["Pod", "MPIJob"]
 Capability = Literal["IPC_LOCK", "SYS_NICE", "SYS_RESOURCE"]
@@ -80,13 +84,17 @@ class Participants(WireModel):
 
 
 ExtendedResources = Annotated[
-    dict[Annotated[str, Field(max_length=253, pattern=RESOURCE_NAME_PATTERN)], Annotated[int, Field(ge=1, le=1024)]],
+    dict[
+        Annotated[str, Field(max_length=253, pattern=RESOURCE_NAME_PATTERN)],
+        Annotated[int, Field(ge=1, le=1024)],
+    ],
     Field(
         json_schema_extra={
             "maxProperties": 16,
             "x-kubernetes-validations": [
                 {
-                    "rule": f"self.all(k, k.contains('/') && k != 'nvidia.com/gpu' && k.matches(r'{RESOURCE_NAME_PATTERN}'))",
+                    "rule": "self.all(k, k.contains('/') && k != 'nvidia.com/gpu' && "
+                    f"k.matches(r'{RESOURCE_NAME_PATTERN}'))",
                     "message": "keys must be extended resources (domain/name) other than nvidia.com/gpu; use gpuCount",
                 }
             ],
@@ -106,9 +114,7 @@ class WorkloadPolicy(WireModel):
     """Extra extended resources per participant, e.g. ``rdma/ib: 1``."""
     host_network: bool = False
     """Run the backend Pods in the host network namespace."""
-    capabilities: Annotated[list[Capability], Field(max_length=len(ALLOWED_CAPABILITIES))] = Field(
-        default_factory=list
-    )
+    capabilities: Annotated[list[Capability], Field(max_length=len(ALLOWED_CAPABILITIES))] = Field(default_factory=list)
     """Linux capabilities to add, from a fixed allow-list."""
     kueue_queue_name: DnsSubdomain | None = None
     """Kueue LocalQueue name, set as the ``kueue.x-k8s.io/queue-name`` label."""
@@ -207,18 +213,25 @@ class ProfileStatus(WireModel):
     """Observed state of a profile."""
 
     observed_generation: int | None = None
-    conditions: Annotated[list[Condition], Field(max_length=16, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]})] = Field(default_factory=list)
+    conditions: Annotated[
+        list[Condition],
+        Field(
+            max_length=16,
+            json_schema_extra={
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+        ),
+    ] = Field(default_factory=list)
     eligible_nodes: int | None = None
     """Requested Nodes eligible at the last admission attempt."""
-
-
 
 
 class CertificationProfile(WireModel):
     """A certification suite an operator registers."""
 
-    api_version: Literal["projectsignal.dev/v1alpha1"] = keys.API_VERSION  # type: ignore[assignment]
-    kind: Literal["CertificationProfile"] = keys.PROFILE_KIND  # type: ignore[assignment]
+    api_version: Literal["projectsignal.dev/v1alpha1"] = keys.API_VERSION
+    kind: Literal["CertificationProfile"] = keys.PROFILE_KIND
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ProfileSpec
     status: ProfileStatus = Field(default_factory=ProfileStatus)

@@ -10,10 +10,19 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, JsonValue
 
 from shared import keys
-from shared.meta import Condition, Digest, DnsLabel, DnsSubdomain, ObjectMeta, ResourceMap, Uid, WireModel
+from shared.meta import (
+    Condition,
+    Digest,
+    DnsLabel,
+    DnsSubdomain,
+    ObjectMeta,
+    ResourceMap,
+    Uid,
+    WireModel,
+)
 from shared.profile import MAX_PARTICIPANTS, Checks
 
 _IMMUTABLE = {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "is immutable"}]}
@@ -74,14 +83,26 @@ Participants = Annotated[
     Field(
         min_length=1,
         max_length=MAX_PARTICIPANTS,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["index"], **_IMMUTABLE},
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["index"],
+            **_IMMUTABLE,
+        },
     ),
 ]
 
 
-RUN_SPEC_RULES = [
-    {"rule": "!oldSelf.cancel || self.cancel", "message": "cancel may only go from false to true", "fieldPath": ".cancel"},
-    {"rule": "!oldSelf.release || self.release", "message": "release may only go from false to true", "fieldPath": ".release"},
+RUN_SPEC_RULES: list[JsonValue] = [
+    {
+        "rule": "!oldSelf.cancel || self.cancel",
+        "message": "cancel may only go from false to true",
+        "fieldPath": ".cancel",
+    },
+    {
+        "rule": "!oldSelf.release || self.release",
+        "message": "release may only go from false to true",
+        "fieldPath": ".release",
+    },
 ]
 
 
@@ -103,8 +124,6 @@ class RunSpec(WireModel):
     """Ask Signal to stop the Run. May only go from false to true."""
     release: bool = False
     """Release the group of a terminal Run. May only go from false to true."""
-
-
 
 
 class WorkflowRef(WireModel):
@@ -134,7 +153,13 @@ class RunStatus(WireModel):
     observed_generation: int | None = None
     conditions: Annotated[
         list[Condition],
-        Field(max_length=16, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
+        Field(
+            max_length=16,
+            json_schema_extra={
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+        ),
     ] = Field(default_factory=list)
     workflow: WorkflowRef | None = None
     evidence: EvidenceRef | None = None
@@ -146,8 +171,8 @@ class RunStatus(WireModel):
 class CertificationRun(WireModel):
     """One admitted group of Nodes going through one profile's checks."""
 
-    api_version: Literal["projectsignal.dev/v1alpha1"] = keys.API_VERSION  # type: ignore[assignment]
-    kind: Literal["CertificationRun"] = keys.RUN_KIND  # type: ignore[assignment]
+    api_version: Literal["projectsignal.dev/v1alpha1"] = keys.API_VERSION
+    kind: Literal["CertificationRun"] = keys.RUN_KIND
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: RunSpec
     status: RunStatus = Field(default_factory=RunStatus)

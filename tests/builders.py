@@ -23,11 +23,20 @@ class ProfileBuilder:
             "kind": "CertificationProfile",
             "metadata": {"name": self.name},
             "spec": {
-                "source": {"namespace": "signal-scripts", "name": "scripts", "digest": SCRIPTS_DIGEST},
+                "source": {
+                    "namespace": "signal-scripts",
+                    "name": "scripts",
+                    "digest": SCRIPTS_DIGEST,
+                },
                 "participants": {"selector": {"matchLabels": {"pool": "gpu"}}, "count": 2},
                 "checks": [
-                    {"name": "inventory", "scriptKey": "inventory.sh", "backend": "Pod", "gpuCount": 8,
-                     "backendActiveDeadline": "5m"},
+                    {
+                        "name": "inventory",
+                        "scriptKey": "inventory.sh",
+                        "backend": "Pod",
+                        "gpuCount": 8,
+                        "backendActiveDeadline": "5m",
+                    },
                 ],
             },
         }
@@ -49,7 +58,13 @@ class ProfileBuilder:
         return self
 
     def check(self, name: str, **fields: Any) -> Self:
-        check = {"name": name, "scriptKey": "inventory.sh", "backend": "Pod", "backendActiveDeadline": "1m", **fields}
+        check = {
+            "name": name,
+            "scriptKey": "inventory.sh",
+            "backend": "Pod",
+            "backendActiveDeadline": "1m",
+            **fields,
+        }
         self.obj["spec"]["checks"].append(check)
         return self
 
@@ -71,13 +86,29 @@ def run_manifest(name: str, participants: int = 2, **spec: Any) -> Obj:
         "kind": "CertificationRun",
         "metadata": {"name": name},
         "spec": {
-            "profile": {"name": "gpu-basic", "uid": "0b0c7f8e-1111-4c4c-9d9d-aaaaaaaaaaaa", "generation": 1},
-            "checks": [{"name": "inventory", "scriptKey": "inventory.sh", "backend": "Pod", "gpuCount": 8,
-                        "backendActiveDeadline": "5m"}],
+            "profile": {
+                "name": "gpu-basic",
+                "uid": "0b0c7f8e-1111-4c4c-9d9d-aaaaaaaaaaaa",
+                "generation": 1,
+            },
+            "checks": [
+                {
+                    "name": "inventory",
+                    "scriptKey": "inventory.sh",
+                    "backend": "Pod",
+                    "gpuCount": 8,
+                    "backendActiveDeadline": "5m",
+                }
+            ],
             "source": {"digest": SCRIPTS_DIGEST, "snapshotConfigMap": f"{name}-snapshot"},
             "participants": [
-                {"index": i, "nodeName": f"gpu-{i:03d}", "nodeUID": f"uid-{i}",
-                 "capacity": {"nvidia.com/gpu": "8"}, "allocatable": {"nvidia.com/gpu": "8"}}
+                {
+                    "index": i,
+                    "nodeName": f"gpu-{i:03d}",
+                    "nodeUID": f"uid-{i}",
+                    "capacity": {"nvidia.com/gpu": "8"},
+                    "allocatable": {"nvidia.com/gpu": "8"},
+                }
                 for i in range(participants)
             ],
             "suiteDeadlineSeconds": 600,

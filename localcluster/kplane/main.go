@@ -14,13 +14,14 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
+	kubectl "k8s.io/kubectl/pkg/cmd"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kplane etcd|kube-apiserver|kube-controller-manager|kube-scheduler [flags]")
+	fmt.Fprintln(os.Stderr, "usage: kplane etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl [flags]")
 	os.Exit(2)
 }
 
@@ -43,6 +44,10 @@ func main() {
 		runCobra(controllermanager.NewControllerManagerCommand())
 	case "kube-scheduler":
 		runCobra(scheduler.NewSchedulerCommand())
+	case "kubectl":
+		// kubectl reads os.Args itself (plugins), so present it as its own program.
+		os.Args = append([]string{"kubectl"}, os.Args[2:]...)
+		os.Exit(cli.Run(kubectl.NewDefaultKubectlCommand()))
 	default:
 		usage()
 	}

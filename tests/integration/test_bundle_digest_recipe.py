@@ -14,14 +14,29 @@ RECIPE = Path(__file__).resolve().parents[2] / "deploy" / "tools" / "bundle-dige
 
 async def test_python_and_shell_agree_on_a_configmap_from_the_cluster(admin: KubeClient, namespace: str) -> None:
     cms = resource_path("v1", "configmaps", namespace)
-    await admin.create(cms, {
-        "metadata": {"name": "scripts"},
-        "immutable": True,
-        "data": {"inventory.sh": "#!/bin/sh\nnvidia-smi -L\n", "README": "ünïcode ✓\n", "-dash": "", "z.py": "print(1)"},
-        "binaryData": {"blob.bin": base64.b64encode(bytes(range(256)) * 3).decode()},
-    })
+    await admin.create(
+        cms,
+        {
+            "metadata": {"name": "scripts"},
+            "immutable": True,
+            "data": {
+                "inventory.sh": "#!/bin/sh\nnvidia-smi -L\n",
+                "README": "ünïcode ✓\n",
+                "-dash": "",
+                "z.py": "print(1)",
+            },
+            "binaryData": {"blob.bin": base64.b64encode(bytes(range(256)) * 3).decode()},
+        },
+    )
     read_back = await admin.get(f"{cms}/scripts")
     python = bundle_digest(read_back.get("data", {}), read_back.get("binaryData", {}))
-    shell = subprocess.run(["bash", str(RECIPE)], input=json.dumps(read_back), capture_output=True, text=True, check=True)
+    shell = subprocess.run(
+        ["bash", str(RECIPE)],
+        input=json.dumps(read_back),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert shell.stdout.strip() == python
-    assert python.startswith("sha256:") and len(python) == 71
+    assert python.startswith("sha256:")
+    assert len(python) == 71

@@ -4,17 +4,22 @@ import asyncio
 import time
 
 from localcluster.kube import ApiError, KubeClient, resource_path
+from tests.builders import run_manifest
 
 API = "projectsignal.dev/v1alpha1"
 
 
 async def test_foreground_deletion_of_a_run_removes_its_configmap(admin: KubeClient, namespace: str) -> None:
-    from tests.builders import run_manifest
-
     runs = resource_path(API, "certificationruns", namespace)
     run = await admin.create(runs, run_manifest("owner"))
-    owner = {"apiVersion": API, "kind": "CertificationRun", "name": "owner", "uid": run["metadata"]["uid"],
-             "controller": True, "blockOwnerDeletion": True}
+    owner = {
+        "apiVersion": API,
+        "kind": "CertificationRun",
+        "name": "owner",
+        "uid": run["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     cms = resource_path("v1", "configmaps", namespace)
     await admin.create(cms, {"metadata": {"name": "owned", "ownerReferences": [owner]}, "data": {"a": "b"}})
     await admin.delete(f"{runs}/owner", {"propagationPolicy": "Foreground"})

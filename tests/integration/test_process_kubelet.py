@@ -38,7 +38,9 @@ def pod(name: str, node: str, script: str, **spec: Any) -> Obj:
     }
 
 
-async def wait_for(kube: KubeClient, path: str, predicate: Callable[[Obj | None], bool], timeout: float = 30.0) -> Obj | None:
+async def wait_for(
+    kube: KubeClient, path: str, predicate: Callable[[Obj | None], bool], timeout: float = 30.0
+) -> Obj | None:
     deadline = time.monotonic() + timeout
     obj: Obj | None = None
     while time.monotonic() < deadline:
@@ -58,7 +60,9 @@ def phase_is(*phases: str) -> Callable[[Obj | None], bool]:
     return lambda obj: obj is not None and obj.get("status", {}).get("phase") in phases
 
 
-async def test_a_pod_runs_a_real_command_and_reports_exit_code_and_message(admin: KubeClient, namespace: str, node: str) -> None:
+async def test_a_pod_runs_a_real_command_and_reports_exit_code_and_message(
+    admin: KubeClient, namespace: str, node: str
+) -> None:
     pods = resource_path("v1", "pods", namespace)
     script = 'printf "{\\"node\\":\\"%s\\"}" "$NODE" > /dev/termination-log; exit 3'
     body = pod("runs", node, script)
@@ -72,8 +76,13 @@ async def test_a_pod_runs_a_real_command_and_reports_exit_code_and_message(admin
     assert terminated["message"] == f'{{"node":"{node}"}}'
 
 
-async def test_a_successful_pod_reads_its_configmap_volume_read_only(admin: KubeClient, namespace: str, node: str) -> None:
-    await admin.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "scripts"}, "data": {"hello.sh": "echo hello-from-configmap"}})
+async def test_a_successful_pod_reads_its_configmap_volume_read_only(
+    admin: KubeClient, namespace: str, node: str
+) -> None:
+    await admin.create(
+        resource_path("v1", "configmaps", namespace),
+        {"metadata": {"name": "scripts"}, "data": {"hello.sh": "echo hello-from-configmap"}},
+    )
     pods = resource_path("v1", "pods", namespace)
     # File modes make the volume read-only (advisory when the kubelet itself runs as root).
     script = 'printf "%s %s %s" "$(sh /scripts/hello.sh)" "$(stat -c %a /scripts)" "$(stat -L -c %a /scripts/hello.sh)" > /dev/termination-log'
@@ -83,7 +92,11 @@ async def test_a_successful_pod_reads_its_configmap_volume_read_only(admin: Kube
     done = await wait_for(admin, f"{pods}/reads", phase_is("Succeeded", "Failed"))
     assert done is not None
     status = done["status"]["containerStatuses"][0]["state"]["terminated"]
-    assert (done["status"]["phase"], status["exitCode"], status.get("message")) == ("Succeeded", 0, "hello-from-configmap 555 444")
+    assert (done["status"]["phase"], status["exitCode"], status.get("message")) == (
+        "Succeeded",
+        0,
+        "hello-from-configmap 555 444",
+    )
 
 
 async def test_status_moves_forward_in_kubelet_order(admin: KubeClient, namespace: str, node: str) -> None:
@@ -91,7 +104,11 @@ async def test_status_moves_forward_in_kubelet_order(admin: KubeClient, namespac
     created = await admin.create(pods, pod("ordered", node, "sleep 1; exit 0"))
     phases: list[str] = []
     async with asyncio.timeout(30):
-        async for event in admin.watch(pods, resourceVersion=created["metadata"]["resourceVersion"], fieldSelector="metadata.name=ordered"):
+        async for event in admin.watch(
+            pods,
+            resourceVersion=created["metadata"]["resourceVersion"],
+            fieldSelector="metadata.name=ordered",
+        ):
             phase = event["object"].get("status", {}).get("phase")
             if event["type"] == "MODIFIED" and (not phases or phases[-1] != phase):
                 phases.append(phase)
@@ -100,7 +117,9 @@ async def test_status_moves_forward_in_kubelet_order(admin: KubeClient, namespac
     assert phases == ["Running", "Succeeded"]
 
 
-async def test_active_deadline_kills_a_command_that_runs_too_long(admin: KubeClient, namespace: str, node: str, cluster: LocalCluster) -> None:
+async def test_active_deadline_kills_a_command_that_runs_too_long(
+    admin: KubeClient, namespace: str, node: str, cluster: LocalCluster
+) -> None:
     pods = resource_path("v1", "pods", namespace)
     marker = Path(cluster.workdir()) / f"deadline-{uuid.uuid4().hex}"
     await admin.create(pods, pod("slow", node, f"sleep 30; touch {marker}", activeDeadlineSeconds=2))
@@ -112,7 +131,9 @@ async def test_active_deadline_kills_a_command_that_runs_too_long(admin: KubeCli
     assert not marker.exists()
 
 
-async def test_deleting_a_running_pod_stops_its_process_and_the_pod_disappears(admin: KubeClient, namespace: str, node: str, cluster: LocalCluster) -> None:
+async def test_deleting_a_running_pod_stops_its_process_and_the_pod_disappears(
+    admin: KubeClient, namespace: str, node: str, cluster: LocalCluster
+) -> None:
     pods = resource_path("v1", "pods", namespace)
     pidfile = Path(cluster.workdir()) / f"pid-{uuid.uuid4().hex}"
     await admin.create(pods, pod("victim", node, f"echo $$ > {pidfile}; exec sleep 300"))

@@ -23,7 +23,17 @@ def _walk(node: Any, path: str = "") -> list[str]:
     found = []
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in {"$ref", "anyOf", "allOf", "oneOf", "title", "$defs", "propertyNames", "patternProperties", "const"}:
+            if key in {
+                "$ref",
+                "anyOf",
+                "allOf",
+                "oneOf",
+                "title",
+                "$defs",
+                "propertyNames",
+                "patternProperties",
+                "const",
+            }:
                 found.append(f"{path}.{key}")
             if key == "exclusiveMaximum" and not isinstance(value, bool):
                 found.append(f"{path}.{key}")
@@ -46,9 +56,19 @@ def test_run_spec_is_guarded_by_cel() -> None:
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
     assert "!oldSelf.cancel || self.cancel" in rules
     assert "!oldSelf.release || self.release" in rules
-    immutable = {name for name, prop in spec["properties"].items()
-                 if {"rule": "self == oldSelf", "message": "is immutable"} in prop.get("x-kubernetes-validations", [])}
-    assert immutable == {"profile", "checks", "source", "participants", "suiteDeadlineSeconds", "attempt"}
+    immutable = {
+        name
+        for name, prop in spec["properties"].items()
+        if {"rule": "self == oldSelf", "message": "is immutable"} in prop.get("x-kubernetes-validations", [])
+    }
+    assert immutable == {
+        "profile",
+        "checks",
+        "source",
+        "participants",
+        "suiteDeadlineSeconds",
+        "attempt",
+    }
 
 
 def test_both_kinds_have_status_subresource_and_printer_columns() -> None:

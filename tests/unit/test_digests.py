@@ -13,8 +13,18 @@ BLOB = base64.b64encode(bytes(range(256))).decode()
 @pytest.mark.parametrize(
     ("data", "binary", "expected"),
     [
-        pytest.param({}, {}, "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855", id="empty-configmap-is-sha256-of-nothing"),
-        pytest.param({"check.sh": "#!/bin/sh\nexit 0\n"}, {}, "sha256:0c1948de7440bdbac9c3561ecbf1a006d96e648fd797bae222478ead49be0f98", id="one-script"),
+        pytest.param(
+            {},
+            {},
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            id="empty-configmap-is-sha256-of-nothing",
+        ),
+        pytest.param(
+            {"check.sh": "#!/bin/sh\nexit 0\n"},
+            {},
+            "sha256:0c1948de7440bdbac9c3561ecbf1a006d96e648fd797bae222478ead49be0f98",
+            id="one-script",
+        ),
         pytest.param(
             {"b.sh": "echo b\n", "a.sh": "echo a\n", "B.sh": "x", "_u": "Grüße ✓"},
             {"blob.bin": BLOB},
@@ -41,7 +51,9 @@ def test_key_order_of_the_input_does_not_matter() -> None:
         pytest.param(({"a": "x"}, {}), ({"a": "x", "b": ""}, {}), id="extra-empty-key"),
     ],
 )
-def test_any_change_changes_the_digest(left: tuple[dict[str, str], dict[str, str]], right: tuple[dict[str, str], dict[str, str]]) -> None:
+def test_any_change_changes_the_digest(
+    left: tuple[dict[str, str], dict[str, str]], right: tuple[dict[str, str], dict[str, str]]
+) -> None:
     assert bundle_digest(*left) != bundle_digest(*right)
 
 
@@ -60,7 +72,10 @@ def test_bad_base64_is_refused_with_the_key_named() -> None:
 
 
 def test_canonical_json_sorts_keys_and_has_no_white_space() -> None:
-    assert canonical_json({"b": 1, "a": [1, "é", {"z": None, "y": True}]}) == '{"a":[1,"é",{"y":true,"z":null}],"b":1}'.encode()
+    assert (
+        canonical_json({"b": 1, "a": [1, "é", {"z": None, "y": True}]})
+        == '{"a":[1,"é",{"y":true,"z":null}],"b":1}'.encode()
+    )
 
 
 def test_canonical_json_refuses_nan() -> None:

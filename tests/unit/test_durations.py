@@ -7,7 +7,15 @@ from shared.durations import DurationError, format_seconds, parse_duration
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90s", 90), ("15m", 900), ("1h30m", 5400), ("250ms", 0.25), ("1.5h", 5400), ("0s", 0), ("2h0m5s", 7205)],
+    [
+        ("90s", 90),
+        ("15m", 900),
+        ("1h30m", 5400),
+        ("250ms", 0.25),
+        ("1.5h", 5400),
+        ("0s", 0),
+        ("2h0m5s", 7205),
+    ],
 )
 def test_parse(text: str, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)

@@ -32,18 +32,40 @@ BAD: list[Any] = [
     pytest.param(ProfileBuilder("p").count(65), "count", id="65-participants"),
     pytest.param(ProfileBuilder("p").count(0), "count", id="0-participants"),
     pytest.param(ProfileBuilder("p").checks([]), "checks", id="no-checks"),
-    pytest.param(ProfileBuilder("p").check("inventory"), "duplicate check names: inventory", id="duplicate-check-name"),
+    pytest.param(
+        ProfileBuilder("p").check("inventory"),
+        "duplicate check names: inventory",
+        id="duplicate-check-name",
+    ),
     pytest.param(ProfileBuilder("p").edit_check(0, backend="Slurm"), "backend", id="unknown-backend"),
     pytest.param(ProfileBuilder("p").edit_check(0, gpuCount=-1), "gpuCount", id="negative-gpu-count"),
     pytest.param(ProfileBuilder("p").edit_check(0, gpuCount=9), "gpuCount", id="nine-gpus"),
     pytest.param(ProfileBuilder("p").selector({}), "selector must not be empty", id="empty-selector"),
     pytest.param(ProfileBuilder("p").source(digest="sha256:abc"), "digest", id="short-digest"),
     pytest.param(ProfileBuilder("p").source(digest="md5:" + "0" * 64), "digest", id="wrong-algorithm"),
-    pytest.param(ProfileBuilder("p").edit_check(0, backendActiveDeadline="ten minutes"), "backendActiveDeadline", id="bad-duration"),
-    pytest.param(ProfileBuilder("p").edit_check(0, workload={"capabilities": ["SYS_ADMIN"]}), "capabilities", id="capability-not-allowed"),
-    pytest.param(ProfileBuilder("p").edit_check(0, workload={"extendedResources": {"nvidia.com/gpu": 1}}), "gpuCount", id="gpu-as-extended-resource"),
+    pytest.param(
+        ProfileBuilder("p").edit_check(0, backendActiveDeadline="ten minutes"),
+        "backendActiveDeadline",
+        id="bad-duration",
+    ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(0, workload={"capabilities": ["SYS_ADMIN"]}),
+        "capabilities",
+        id="capability-not-allowed",
+    ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(0, workload={"extendedResources": {"nvidia.com/gpu": 1}}),
+        "gpuCount",
+        id="gpu-as-extended-resource",
+    ),
     pytest.param(ProfileBuilder("p").edit_check(0, workload={"cpu": "lots"}), "cpu", id="bad-quantity"),
-    pytest.param(ProfileBuilder("p").checks([{"name": f"c{i}", "scriptKey": "a", "backend": "Pod", "backendActiveDeadline": "1m"} for i in range(33)]), "checks", id="33-checks"),
+    pytest.param(
+        ProfileBuilder("p").checks(
+            [{"name": f"c{i}", "scriptKey": "a", "backend": "Pod", "backendActiveDeadline": "1m"} for i in range(33)]
+        ),
+        "checks",
+        id="33-checks",
+    ),
     pytest.param(ProfileBuilder("Not_A_Label"), "DNS label", id="profile-name-not-a-dns-label"),
     pytest.param(ProfileBuilder("x" * 64), "DNS label", id="profile-name-64-chars"),
 ]
@@ -55,7 +77,7 @@ def test_bad_profiles_are_rejected_naming_the_field(builder: ProfileBuilder, mes
         CertificationProfile.model_validate(builder.build())
 
 
-def test_run_participants_use_nodeUID_on_the_wire() -> None:
+def test_run_participants_carry_node_uids_on_the_wire() -> None:
     run = CertificationRun.model_validate(run_manifest("r1", participants=3))
     assert [p.node_uid for p in run.spec.participants] == ["uid-0", "uid-1", "uid-2"]
     assert run.to_wire()["spec"]["participants"][0]["nodeUID"] == "uid-0"

@@ -1,0 +1,33 @@
+# Project Signal. `make demo` runs the local demo; `make test` runs the whole test suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint deps kplane crds
+
+demo: deps kplane
+	$(BIN)/signalctl demo
+
+test: deps kplane lint
+	$(BIN)/python -m pytest
+
+lint: deps
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+deps: $(VENV)/.installed
+	@hack/install-system-deps.sh
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==25.3
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+kplane:
+	localcluster/kplane/build.sh >/dev/null
+
+crds: deps
+	$(BIN)/python -m shared.crdgen crds

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the project needs (only those missing), as root.
+# Go (>= 1.26) and Python (>= 3.11) are expected on the machine already.
+set -euo pipefail
+packages=()
+command -v jq >/dev/null || packages+=(jq)
+command -v openssl >/dev/null || packages+=(openssl)
+if ((${#packages[@]})); then
+  echo "installing Debian packages: ${packages[*]}" >&2
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "not root: install ${packages[*]} yourself (e.g. sudo apt-get install ${packages[*]})" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}"
+fi
+command -v go >/dev/null || { echo "Go 1.26+ is required to build the local control plane" >&2; exit 1; }
