@@ -11,6 +11,7 @@ from localcluster.binaries import REPO_ROOT, upstream_crds_dir
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 
 CRD_API = "apiextensions.k8s.io/v1"
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 UPSTREAM_FILES = (
     "argoproj.io_workflows.yaml",
     "argoproj.io_workflowtemplates.yaml",
@@ -58,11 +59,13 @@ async def wait_established(kube: KubeClient, names: list[str], timeout: float = 
 
 async def install_crds(kube: KubeClient, files: list[Path]) -> list[str]:
     """Server-side apply every CRD in ``files`` and wait until all are Established."""
-    names = []
-    for path in files:
-        for document in yaml.safe_load_all(path.read_text()):
-            if document and document.get("kind") == "CustomResourceDefinition":
-                names.append(await apply_crd(kube, document))
+    documents = [
+        document
+        for path in files
+        for document in yaml.load_all(path.read_text(), Loader=_Loader)
+        if document and document.get("kind") == "CustomResourceDefinition"
+    ]
+    names = list(await asyncio.gather(*(apply_crd(kube, d) for d in documents)))
     await wait_established(kube, names)
     return names
 

@@ -150,21 +150,33 @@ async def set_ready(kube: KubeClient, name: str, ready: bool) -> Obj:
     )
 
 
-async def heartbeat(kube: KubeClient, names: Callable[[], Iterable[str]], interval: float = 10.0) -> None:
-    """Keep the Ready condition of every Node in ``names()`` fresh until cancelled.
-    Only the heartbeat time changes; a Node a test marked not Ready stays not Ready."""
-    while True:
-        await asyncio.sleep(interval)
-        for name in list(names()):
-            path = resource_path("v1", "nodes", name=name, subresource="status")
+async def heartbeat(
+    kube: KubeClient, names: Callable[[], Iterable[str]], interval: float = 10.0, concurrency: int = 16
+) -> None:
+    """Keep the Ready condition of every Node in ``names()`` fresh until cancelled: one LIST
+    per cycle, then a status patch per Node. Only the heartbeat time changes; a Node a test
+    marked not Ready stays not Ready. Real kubelets report status every few minutes, so large
+    fleets should use a long interval."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def beat(node: Obj) -> None:
+        conditions = node.get("status", {}).get("conditions", [])
+        ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+        if ready is None:
+            return
+        path = resource_path("v1", "nodes", name=node["metadata"]["name"], subresource="status")
+        patch = {"status": {"conditions": [{**ready, "lastHeartbeatTime": _now()}]}}
+        async with semaphore:
             try:
-                node = await kube.get(resource_path("v1", "nodes", name=name))
-                conditions = node.get("status", {}).get("conditions", [])
-                ready = next((c for c in conditions if c.get("type") == "Ready"), None)
-                if ready is None:
-                    continue
-                patch = {"status": {"conditions": [{**ready, "lastHeartbeatTime": _now()}]}}
                 await kube.request("PATCH", path, body=patch, content_type="application/strategic-merge-patch+json")
             except ApiError as exc:
                 if exc.status != 404:
                     raise
+
+    while True:
+        await asyncio.sleep(interval)
+        wanted = set(names())
+        if not wanted:
+            continue
+        listing = await kube.get(resource_path("v1", "nodes"), labelSelector=f"{SIMULATED_LABEL}=true")
+        await asyncio.gather(*(beat(n) for n in listing["items"] if n["metadata"]["name"] in wanted))

@@ -70,6 +70,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         return asyncio.run(run_demo(args.nodes, args.workdir, args.exit_after))
-    except Exception as exc:  # noqa: BLE001 - the CLI's last word
+    except Exception as exc:
         print(f"signalctl demo failed: {exc}", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "demo":
-        from signalctl import demo
+        from signalctl import demo  # noqa: PLC0415 - the demo pulls in the local cluster; load it only when asked
 
         return demo.main(rest)
     print(f"signalctl: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)

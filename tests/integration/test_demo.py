@@ -1,0 +1,62 @@
+"""The README's first command: `signalctl demo` starts the local cluster, prints the fleet,
+keeps running, and stops cleanly on Ctrl-C (SIGINT) leaving no component behind."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _children_alive(workdir: Path) -> list[str]:
+    alive = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(workdir) in cmdline:
+            alive.append(cmdline.replace("\0", " ")[:120])
+    return alive
+
+
+def test_demo_prints_the_fleet_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    signalctl = Path(sys.executable).parent / "signalctl"
+    process = subprocess.Popen(
+        [str(signalctl), "demo", "--nodes", "5", "--workdir", str(workdir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 120
+    try:
+        for line in process.stdout:
+            lines.append(line.rstrip())
+            if "press Ctrl-C" in line or time.monotonic() > deadline:
+                break
+        output = "\n".join(lines)
+        assert "press Ctrl-C" in output, output
+        table = [row for row in lines if row.startswith("gpu-")]
+        assert len(table) == 5
+        assert all(row.split()[1] == "Ready" and row.split()[5] == "8" for row in table)
+        assert "NAME" in output
+        assert "GPUS" in output
+        assert "ZONE" in output
+        assert f"kubeconfig: {workdir / 'admin.kubeconfig'}" in output
+        assert (workdir / "admin.kubeconfig").exists()
+        assert _children_alive(workdir), "the control plane should be running"
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 0, rest
+    assert "stopped cleanly" in rest
+    assert _children_alive(workdir) == []

@@ -1,0 +1,42 @@
+"""Simulated GPU Nodes: capacity, labels, and a Ready condition kept fresh by the heartbeat."""
+
+import asyncio
+import uuid
+from datetime import datetime
+
+from localcluster.cluster import LocalCluster
+from localcluster.fleet import SimNode, set_ready, standard_fleet
+from localcluster.kube import KubeClient, resource_path
+
+
+async def test_nodes_carry_gpu_rdma_zone_and_rack(cluster: LocalCluster, admin: KubeClient) -> None:
+    prefix = f"fleet-{uuid.uuid4().hex[:5]}"
+    created = await cluster.add_nodes(standard_fleet(6, prefix=prefix))
+    assert len(created) == 6
+    listing = await admin.get(resource_path("v1", "nodes"), labelSelector="projectsignal.dev/simulated=true")
+    ours = [n for n in listing["items"] if n["metadata"]["name"].startswith(prefix)]
+    assert len(ours) == 6
+    for node in ours:
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        assert node["status"]["allocatable"]["rdma/ib"] == "8"
+        assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] in {"zone-a", "zone-b", "zone-c"}
+        assert node["metadata"]["labels"]["projectsignal.dev/rack"].startswith("rack-")
+    assert {n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in ours} == {"zone-a", "zone-b", "zone-c"}
+
+
+async def test_heartbeat_keeps_ready_fresh_and_respects_not_ready(cluster: LocalCluster, admin: KubeClient) -> None:
+    fresh, sick = f"hb-{uuid.uuid4().hex[:5]}", f"hb-{uuid.uuid4().hex[:5]}"
+    await cluster.add_nodes([SimNode(fresh), SimNode(sick)])
+    await set_ready(admin, sick, ready=False)
+
+    async def ready_of(name: str) -> dict[str, str]:
+        node = await admin.get(resource_path("v1", "nodes", name=name))
+        return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+
+    before = await ready_of(fresh)
+    await asyncio.sleep(cluster.heartbeat_seconds * 2 + 1.5)
+    after = await ready_of(fresh)
+    parse = datetime.fromisoformat
+    assert parse(after["lastHeartbeatTime"]) > parse(before["lastHeartbeatTime"])
+    assert after["status"] == "True"
+    assert (await ready_of(sick))["status"] == "False"
