@@ -1,0 +1,216 @@
+"""Admission of a group of Nodes for a Ready profile, in a recoverable order:
+
+1. add the group to the admission ledger (compare-and-swap: budgets and Node uniqueness);
+2. create the Run (deterministic name);
+3. re-read the ledger: our fence and our group must still be there (else roll back);
+4. create the Run-owned immutable snapshot ConfigMap with the source's exact bytes;
+5. reserve every Node, one patch each, conditioned on its resourceVersion;
+6. create the Workflow and mark the Run Running.
+
+A crash between any two writes leaves a state that recovery completes or rolls back. Any
+failure part-way rolls back every reservation made (``rollback``)."""
+
+import contextlib
+from typing import Any
+
+from controller.ledger import Group, Ledger
+from controller.manifests import (
+    GROUP_HASH_LABEL,
+    group_hash,
+    release_patch,
+    reservation_patch,
+    run_manifest,
+    run_name,
+    snapshot_manifest,
+    workflow_manifest,
+)
+from controller.nodes import node_view
+from controller.selection import Selection
+from controller.state import Context, log
+from kubeio.client import Obj, resource_path
+from kubeio.errors import AlreadyExists, Conflict, NotFound
+from shared.conditions import set_condition
+from shared.digests import bundle_digest
+from shared.profile import CertificationProfile
+
+NODE_PATCH_ATTEMPTS = 5
+
+
+class AdmissionAborted(RuntimeError):
+    """The admission could not complete; everything it did was rolled back."""
+
+
+def _node_path(name: str) -> str:
+    return resource_path("v1", "nodes", name=name)
+
+
+async def admit(
+    ctx: Context, profile: CertificationProfile, ledger: Ledger, selection: Selection, source: Obj, digest: str
+) -> Obj:
+    """Run all admission writes for ``selection``, chosen against ``ledger`` (read uncached);
+    the ledger write is conditioned on that read. Returns the Running Run."""
+    ghash = group_hash(profile.metadata.uid or "", 1, selection.nodes)
+    ordinal = 1 + sum(
+        1 for r in ctx.runs.items.values() if r["metadata"].get("labels", {}).get(GROUP_HASH_LABEL) == ghash
+    )
+    name = run_name(profile.metadata.name, ghash, ordinal)
+    bound = log.bind(run=name, profile=profile.metadata.name, nodes=len(selection.nodes))
+    await ctx.write_ledger(
+        ledger.with_group(name, Group(profile.metadata.name, tuple(n.name for n in selection.nodes)))
+    )
+    body = run_manifest(
+        profile=profile, nodes=selection.nodes, name=name, namespace=ctx.namespace, ghash=ghash, source_digest=digest
+    )
+    try:
+        run = await ctx.kube.create(ctx.run_path(), body)
+    except AlreadyExists:
+        run = await ctx.kube.get(ctx.run_path(name))
+    bound.info("run created", uid=run["metadata"]["uid"])
+    return await complete_admission(ctx, run, source)
+
+
+async def complete_admission(ctx: Context, run: Obj, source: Obj | None) -> Obj:
+    """Steps 3-6 for a Run that exists; also how recovery finishes a half-admitted Run.
+    ``source`` is the verified source ConfigMap, or None to re-read and re-verify it."""
+    name = run["metadata"]["name"]
+    ledger = await ctx.read_ledger()
+    if name not in ledger.groups:
+        await rollback(ctx, run, "the admission ledger does not hold this group")
+        raise AdmissionAborted(f"Run {name}: group missing from the admission ledger")
+    try:
+        await _ensure_snapshot(ctx, run, source)
+        for participant in sorted(run["spec"]["participants"], key=lambda p: p["index"]):
+            await reserve(ctx, run, participant)
+    except AdmissionAborted as exc:
+        await rollback(ctx, run, str(exc))
+        raise
+    return await submit_workflow(ctx, run)
+
+
+async def _ensure_snapshot(ctx: Context, run: Obj, source: Obj | None) -> None:
+    snapshot = run["spec"]["source"]["snapshotConfigMap"]
+    path = resource_path("v1", "configmaps", ctx.namespace, snapshot)
+    existing = await ctx.kube.get_or_none(path)
+    if existing is not None:
+        owners = existing["metadata"].get("ownerReferences") or []
+        if not any(o.get("uid") == run["metadata"]["uid"] and o.get("controller") for o in owners):
+            raise AdmissionAborted(
+                f"snapshot ConfigMap {snapshot} exists but is not owned by Run {run['metadata']['name']}"
+            )
+        return
+    if source is None:
+        source = await _reverify_source(ctx, run)
+    with contextlib.suppress(AlreadyExists):
+        await ctx.kube.create(resource_path("v1", "configmaps", ctx.namespace), snapshot_manifest(run, source))
+
+
+async def _reverify_source(ctx: Context, run: Obj) -> Obj:
+    profile = ctx.profiles.items.get(f"/{run['spec']['profile']['name']}")
+    if profile is None or profile["metadata"]["uid"] != run["spec"]["profile"]["uid"]:
+        raise AdmissionAborted("the profile of this Run is gone or was replaced")
+    ref = profile["spec"]["source"]
+    source = await ctx.kube.get_or_none(resource_path("v1", "configmaps", ref["namespace"], ref["name"]))
+    if source is None or source.get("immutable") is not True:
+        raise AdmissionAborted("the source ConfigMap is gone or mutable")
+    if bundle_digest(source.get("data") or {}, source.get("binaryData") or {}) != run["spec"]["source"]["digest"]:
+        raise AdmissionAborted("the source ConfigMap no longer matches the Run's digest")
+    return source
+
+
+async def reserve(ctx: Context, run: Obj, participant: dict[str, Any]) -> None:
+    """Reserve one Node for ``run`` (idempotent), or raise AdmissionAborted."""
+    uid = run["metadata"]["uid"]
+    for _ in range(NODE_PATCH_ATTEMPTS):
+        node = await ctx.kube.get_or_none(_node_path(participant["nodeName"]))
+        if node is None or node["metadata"]["uid"] != participant["nodeUID"]:
+            raise AdmissionAborted(f"Node {participant['nodeName']} is gone or was replaced")
+        view = node_view(node)
+        if view.reservation is not None:
+            if view.reservation.run_uid == uid:
+                return
+            raise AdmissionAborted(f"Node {view.name} is reserved by Run {view.reservation.run_name}")
+        if view.unschedulable or not view.ready:
+            raise AdmissionAborted(f"Node {view.name} is cordoned by someone else or not Ready")
+        try:
+            await ctx.kube.merge_patch(_node_path(view.name), reservation_patch(node, run, participant["index"]))
+            return
+        except Conflict:
+            continue
+    raise AdmissionAborted(f"Node {participant['nodeName']} kept changing; could not reserve it")
+
+
+async def release_nodes(ctx: Context, run: Obj) -> None:
+    """Remove ``run``'s reservation from every participant that still carries it."""
+    for participant in run["spec"]["participants"]:
+        await release_node(ctx, participant["nodeName"], run["metadata"]["uid"])
+
+
+async def release_node(ctx: Context, name: str, run_uid: str) -> None:
+    for _ in range(NODE_PATCH_ATTEMPTS):
+        node = await ctx.kube.get_or_none(_node_path(name))
+        if node is None:
+            return
+        patch = release_patch(node, run_uid)
+        if patch is None:
+            return
+        try:
+            await ctx.kube.merge_patch(_node_path(name), patch)
+            log.info("node released", node=name, run_uid=run_uid)
+            return
+        except Conflict:
+            continue
+    raise Conflict(409, "Conflict", f"Node {name} kept changing while releasing Run {run_uid}")
+
+
+async def rollback(ctx: Context, run: Obj, why: str) -> None:
+    """Undo an admission: release reservations, delete the Run, drop its ledger group."""
+    name = run["metadata"]["name"]
+    log.warning("rolling back admission", run=name, reason=why)
+    await release_nodes(ctx, run)
+    with contextlib.suppress(NotFound, Conflict):
+        await ctx.kube.delete(ctx.run_path(name), uid=run["metadata"]["uid"], propagation="Background")
+    ledger = await ctx.read_ledger()
+    if name in ledger.groups:
+        await ctx.write_ledger(ledger.without(name))
+
+
+async def submit_workflow(ctx: Context, run: Obj) -> Obj:
+    """Create the Run's Workflow (idempotent) and mark the Run Running."""
+    body = workflow_manifest(run)
+    path = resource_path("argoproj.io/v1alpha1", "workflows", ctx.namespace)
+    try:
+        workflow = await ctx.kube.create(path, body)
+    except AlreadyExists:
+        workflow = await ctx.kube.get(f"{path}/{body['metadata']['name']}")
+    now = ctx.clock()
+    conditions = run.get("status", {}).get("conditions") or []
+    generation = run["metadata"].get("generation")
+    conditions = set_condition(
+        conditions,
+        type_="Admitted",
+        status=True,
+        reason="GroupReserved",
+        message=f"{len(run['spec']['participants'])} Nodes reserved and cordoned",
+        generation=generation,
+        now=now,
+    )
+    conditions = set_condition(
+        conditions,
+        type_="WorkflowSubmitted",
+        status=True,
+        reason="WorkflowCreated",
+        message=f"Workflow {workflow['metadata']['name']} created",
+        generation=generation,
+        now=now,
+    )
+    status = {
+        "phase": "Running",
+        "reason": "WorkflowSubmitted",
+        "message": "checks are running",
+        "conditions": conditions,
+        "workflow": {"name": workflow["metadata"]["name"], "uid": workflow["metadata"]["uid"]},
+        "startTime": run.get("status", {}).get("startTime") or ctx.timestamp(),
+        "observedGeneration": generation,
+    }
+    log.info("workflow submitted", run=run["metadata"]["name"], workflow=workflow["metadata"]["name"])
+    return await ctx.patch_run_status(run, status)

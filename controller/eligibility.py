@@ -1,0 +1,42 @@
+"""Whether one Node may join a group for a profile, and if not, why. Pure.
+
+A candidate is requested for this profile (``projectsignal.dev/certify=<profile>``), matches
+the profile's selector, is Ready, is reserved by no Run (by label, or by a live group in the
+admission ledger), is not cordoned by someone else, carries the budget's topology label when
+the profile has a budget, and has allocatable resources covering the per-Node requirement."""
+
+from collections.abc import Mapping, Set
+
+from controller.nodes import NodeView
+from controller.requirements import shortfalls
+from controller.selectors import matches
+from shared import keys
+from shared.profile import CertificationProfile
+
+
+def ineligibility(
+    node: NodeView,
+    profile: CertificationProfile,
+    requirement: Mapping[str, int],
+    held: Set[str],
+) -> str | None:
+    """None when ``node`` is eligible; otherwise a short reason."""
+    if node.labels.get(keys.CERTIFY_LABEL) != profile.metadata.name:
+        return "not requested"
+    if not matches(profile.spec.participants.selector, node.labels):
+        return "selector does not match"
+    if not node.ready:
+        return "not Ready"
+    if node.reservation is not None:
+        return f"reserved by Run {node.reservation.run_name or node.reservation.run_uid}"
+    if node.name in held or node.signal_tainted:
+        return "held by an admission in progress"
+    if node.unschedulable:
+        return "cordoned by someone else"
+    budget = profile.spec.failure_domain_budget
+    if budget is not None and not node.labels.get(budget.topology_key):
+        return f"no {budget.topology_key} label for the failure-domain budget"
+    missing = shortfalls(requirement, node.allocatable)
+    if missing:
+        return "insufficient allocatable: " + ", ".join(missing)
+    return None

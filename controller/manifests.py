@@ -1,0 +1,183 @@
+"""Objects the controller writes, built as plain dicts from plain data. Pure.
+
+Deterministic names: a Run is ``<profile>-<hash of profile uid, attempt and the group's Node
+uids>-<ordinal>``, where the ordinal counts earlier Runs of the same group, so a repeated
+admission of the same state produces the same name (a harmless AlreadyExists) while a later
+re-certification of the same group gets a new one. Children are named after their Run."""
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from controller.nodes import RESERVED_TAINT_KEY, NodeView
+from shared import keys
+from shared.durations import parse_duration
+from shared.profile import CertificationProfile
+
+WORKFLOW_TEMPLATE = "signal-adapter"
+GROUP_HASH_LABEL = f"{keys.GROUP}/group-hash"
+
+
+def group_hash(profile_uid: str, attempt: int, nodes: Sequence[NodeView]) -> str:
+    material = json.dumps([profile_uid, attempt, sorted(n.uid for n in nodes)]).encode()
+    return hashlib.sha256(material).hexdigest()[:10]
+
+
+def run_name(profile: str, ghash: str, ordinal: int) -> str:
+    return f"{profile[:40]}-{ghash}-{ordinal}"
+
+
+def snapshot_name(run: str) -> str:
+    return f"{run}-scripts"
+
+
+def suite_deadline_seconds(profile: CertificationProfile) -> int:
+    total = sum(parse_duration(c.backend_active_deadline).total_seconds() for c in profile.spec.checks)
+    return int(total + parse_duration(profile.spec.evidence_reserve).total_seconds())
+
+
+def owner_reference(run: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.RUN_KIND,
+        "name": run["metadata"]["name"],
+        "uid": run["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def run_manifest(
+    *,
+    profile: CertificationProfile,
+    nodes: Sequence[NodeView],
+    name: str,
+    namespace: str,
+    ghash: str,
+    source_digest: str,
+    attempt: int = 1,
+) -> dict[str, Any]:
+    participants = [
+        {
+            "index": i,
+            "nodeName": node.name,
+            "nodeUID": node.uid,
+            "capacity": dict(sorted(node.capacity_raw.items())),
+            "allocatable": dict(sorted(node.allocatable_raw.items())),
+        }
+        for i, node in enumerate(nodes)
+    ]
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.RUN_KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {keys.PROFILE_LABEL: profile.metadata.name, GROUP_HASH_LABEL: ghash},
+        },
+        "spec": {
+            "profile": {
+                "name": profile.metadata.name,
+                "uid": profile.metadata.uid,
+                "generation": profile.metadata.generation or 1,
+            },
+            "checks": [c.to_wire() for c in profile.spec.checks],
+            "source": {"digest": source_digest, "snapshotConfigMap": snapshot_name(name)},
+            "participants": participants,
+            "suiteDeadlineSeconds": suite_deadline_seconds(profile),
+            "attempt": attempt,
+        },
+    }
+
+
+def snapshot_manifest(run: Mapping[str, Any], source: Mapping[str, Any]) -> dict[str, Any]:
+    """The Run-owned immutable copy of the source ConfigMap's exact bytes."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": snapshot_name(run["metadata"]["name"]),
+            "namespace": run["metadata"]["namespace"],
+            "labels": {keys.RUN_NAME_LABEL: run["metadata"]["name"], keys.RUN_UID_LABEL: run["metadata"]["uid"]},
+            "ownerReferences": [owner_reference(run)],
+        },
+        "immutable": True,
+    }
+    if source.get("data"):
+        body["data"] = dict(source["data"])
+    if source.get("binaryData"):
+        body["binaryData"] = dict(source["binaryData"])
+    return body
+
+
+def workflow_manifest(run: Mapping[str, Any]) -> dict[str, Any]:
+    spec = run["spec"]
+    participants = sorted(spec["participants"], key=lambda p: p["index"])
+    compact = [{"index": p["index"], "nodeName": p["nodeName"], "nodeUID": p["nodeUID"]} for p in participants]
+    meta = run["metadata"]
+    parameters = {
+        "run-name": meta["name"],
+        "run-namespace": meta["namespace"],
+        "run-uid": meta["uid"],
+        "participants": ",".join(p["nodeName"] for p in participants),
+        "participants-json": json.dumps(compact, separators=(",", ":")),
+        "checks": json.dumps(spec["checks"], separators=(",", ":"), sort_keys=True),
+        "check-count": str(len(spec["checks"])),
+        "snapshot": spec["source"]["snapshotConfigMap"],
+    }
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "labels": {keys.RUN_NAME_LABEL: meta["name"], keys.RUN_UID_LABEL: meta["uid"]},
+            "ownerReferences": [owner_reference(run)],
+        },
+        "spec": {
+            "workflowTemplateRef": {"name": WORKFLOW_TEMPLATE},
+            "activeDeadlineSeconds": spec["suiteDeadlineSeconds"],
+            "arguments": {"parameters": [{"name": k, "value": v} for k, v in parameters.items()]},
+        },
+    }
+
+
+def reservation_patch(node: Mapping[str, Any], run: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """Merge patch reserving a Node for a Run: label, annotation and Signal's NoSchedule taint.
+    Conditioned on the Node's resourceVersion (optimistic concurrency)."""
+    meta = run["metadata"]
+    taints = [t for t in (node.get("spec", {}).get("taints") or []) if t.get("key") != RESERVED_TAINT_KEY]
+    taints.append({"key": RESERVED_TAINT_KEY, "value": meta["uid"], "effect": "NoSchedule"})
+    detail = {"run": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"], "index": index}
+    return {
+        "metadata": {
+            "resourceVersion": node["metadata"]["resourceVersion"],
+            "labels": {keys.RESERVED_BY_LABEL: meta["uid"]},
+            "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(detail, sort_keys=True)},
+        },
+        "spec": {"taints": taints},
+    }
+
+
+def release_patch(node: Mapping[str, Any], run_uid: str) -> dict[str, Any] | None:
+    """Merge patch removing a Run's reservation, or None when the Node is not held by it.
+    Only Signal's own taint is removed: an operator's cordon (spec.unschedulable) stays."""
+    labels = node.get("metadata", {}).get("labels") or {}
+    taints = node.get("spec", {}).get("taints") or []
+    ours = labels.get(keys.RESERVED_BY_LABEL) == run_uid
+    our_taint = [t for t in taints if t.get("key") == RESERVED_TAINT_KEY and t.get("value") == run_uid]
+    if not ours and not our_taint:
+        return None
+    remaining = [t for t in taints if t not in our_taint]
+    patch: dict[str, Any] = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
+    if ours:
+        patch["metadata"]["labels"] = {keys.RESERVED_BY_LABEL: None}
+        patch["metadata"]["annotations"] = {keys.RESERVATION_ANNOTATION: None}
+    patch["spec"] = {"taints": remaining or None}
+    return patch
+
+
+def timestamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")

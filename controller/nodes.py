@@ -1,0 +1,98 @@
+"""A compact, frozen view of a Node: only what admission decides on. Parsed from raw JSON
+(never typed client models) so that 10,000 watched Nodes stay small. Pure."""
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shared import keys
+from shared.quantity import QuantityError, parse_quantity
+
+RESERVED_TAINT_KEY = f"{keys.GROUP}/reserved"
+UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Who holds a Node: from the reservation label and annotation."""
+
+    run_uid: str
+    run_name: str = ""
+    run_namespace: str = ""
+    index: int = -1
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    uid: str
+    resource_version: str
+    labels: Mapping[str, str]
+    ready: bool
+    unschedulable: bool
+    """Cordoned by someone other than Signal (spec.unschedulable or the unschedulable taint)."""
+    allocatable: Mapping[str, int]
+    """cpu in millicores; everything else in whole units."""
+    capacity_raw: Mapping[str, str]
+    allocatable_raw: Mapping[str, str]
+    reservation: Reservation | None
+    signal_taint_uid: str | None
+    """The Run uid in Signal's reservation taint, when the Node carries it."""
+
+    @property
+    def signal_tainted(self) -> bool:
+        return self.signal_taint_uid is not None
+
+
+def _resources(raw: Mapping[str, Any]) -> dict[str, int]:
+    parsed: dict[str, int] = {}
+    for name, value in raw.items():
+        try:
+            parsed[name] = parse_quantity(str(value), milli=name == "cpu")
+        except QuantityError:
+            continue  # an unparseable resource simply cannot satisfy a request
+    return parsed
+
+
+def parse_reservation(labels: Mapping[str, str], annotations: Mapping[str, str]) -> Reservation | None:
+    uid = labels.get(keys.RESERVED_BY_LABEL)
+    if not uid:
+        return None
+    try:
+        detail = json.loads(annotations.get(keys.RESERVATION_ANNOTATION, "{}"))
+        if not isinstance(detail, dict):
+            detail = {}
+    except json.JSONDecodeError:
+        detail = {}
+    return Reservation(
+        run_uid=uid,
+        run_name=str(detail.get("run", "")),
+        run_namespace=str(detail.get("namespace", "")),
+        index=int(detail.get("index", -1)) if str(detail.get("index", "")).lstrip("-").isdigit() else -1,
+    )
+
+
+def node_view(node: Mapping[str, Any]) -> NodeView:
+    """Parse a raw Node object."""
+    meta = node.get("metadata", {})
+    spec = node.get("spec", {}) or {}
+    status = node.get("status", {}) or {}
+    labels = dict(meta.get("labels") or {})
+    annotations = meta.get("annotations") or {}
+    taints = spec.get("taints") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    foreign_cordon = bool(spec.get("unschedulable")) or any(t.get("key") == UNSCHEDULABLE_TAINT_KEY for t in taints)
+    return NodeView(
+        name=meta.get("name", ""),
+        uid=meta.get("uid", ""),
+        resource_version=meta.get("resourceVersion", ""),
+        labels=labels,
+        ready=ready,
+        unschedulable=foreign_cordon,
+        allocatable=_resources(status.get("allocatable") or {}),
+        capacity_raw={k: str(v) for k, v in (status.get("capacity") or {}).items()},
+        allocatable_raw={k: str(v) for k, v in (status.get("allocatable") or {}).items()},
+        reservation=parse_reservation(labels, annotations),
+        signal_taint_uid=next((str(t.get("value", "")) for t in taints if t.get("key") == RESERVED_TAINT_KEY), None),
+    )

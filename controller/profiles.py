@@ -1,0 +1,94 @@
+"""Profile reconciliation: validate, verify the source, report Ready, and admit groups.
+
+The source ConfigMap is read with an uncached GET whenever an admission is possible, when
+the profile changed, and on every resync; a profile that is not Ready is never acted on."""
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from controller.admission import AdmissionAborted, admit
+from controller.selection import Selection, Shortfall, select_participants
+from controller.sources import SourceCheck, verify_source
+from controller.state import Context, log
+from kubeio.client import Obj, resource_path
+from shared import keys
+from shared.conditions import condition, set_condition
+from shared.profile import CertificationProfile
+
+
+def _candidates(ctx: Context, name: str) -> bool:
+    return any(n.labels.get(keys.CERTIFY_LABEL) == name and n.reservation is None for n in ctx.nodes.items.values())
+
+
+async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> None:
+    name = raw["metadata"]["name"]
+    status = raw.get("status") or {}
+    generation = raw["metadata"].get("generation")
+    try:
+        profile = CertificationProfile.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        await _set_status(ctx, raw, SourceCheck(False, "InvalidSpec", f"{where}: {first['msg']}"), None)
+        return
+    stale = status.get("observedGeneration") != generation or condition(status.get("conditions") or [], "Ready") is None
+    if not (stale or resync or _candidates(ctx, name)):
+        return
+    ref = profile.spec.source
+    source = await ctx.kube.get_or_none(resource_path("v1", "configmaps", ref.namespace, ref.name))
+    check = verify_source(profile, source)
+    shortfall: Shortfall | None = None
+    if check.ok and source is not None:
+        ledger = await ctx.read_ledger()
+        result = select_participants(ctx.nodes.items.values(), profile, ledger.held_nodes(), ledger.all_group_nodes())
+        if isinstance(result, Selection):
+            try:
+                await admit(ctx, profile, ledger, result, source, check.digest)
+            except AdmissionAborted as exc:
+                log.warning("admission aborted", profile=name, reason=str(exc))
+        else:
+            shortfall = result
+    await _set_status(ctx, raw, check, shortfall)
+
+
+async def _set_status(ctx: Context, raw: Obj, check: SourceCheck, shortfall: Shortfall | None) -> None:
+    status = raw.get("status") or {}
+    generation = raw["metadata"].get("generation")
+    now: datetime = ctx.clock()
+    conditions = set_condition(
+        status.get("conditions") or [],
+        type_="Ready",
+        status=check.ok,
+        reason=check.reason,
+        message=check.message,
+        generation=generation,
+        now=now,
+    )
+    updated: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
+    if shortfall is not None:
+        updated["conditions"] = set_condition(
+            conditions,
+            type_="Admissible",
+            status=False,
+            reason="InsufficientEligibleNodes",
+            message=shortfall.message,
+            generation=generation,
+            now=now,
+        )
+        updated["eligibleNodes"] = shortfall.eligible
+    elif check.ok:
+        updated["conditions"] = set_condition(
+            conditions,
+            type_="Admissible",
+            status=True,
+            reason="Admitting",
+            message="enough eligible Nodes were requested",
+            generation=generation,
+            now=now,
+        )
+    if all(status.get(k) == v for k, v in updated.items()):
+        return
+    path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=raw["metadata"]["name"], subresource="status")
+    await ctx.kube.merge_patch(path, {"metadata": {"uid": raw["metadata"]["uid"]}, "status": updated})

@@ -1,0 +1,106 @@
+"""The controller's working context: its API connection, caches, fence, and the few
+reads and writes every path shares (ledger compare-and-swap, status patches).
+
+Caches may be stale; every destructive or admission decision re-reads what it acts on with
+an uncached GET (the ledger, the source ConfigMap, each Node before its patch)."""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+
+from controller.ledger import LEDGER_NAME, Ledger, ledger_object, parse_ledger
+from controller.nodes import NodeView, node_view
+from kubeio.client import Kube, Obj, resource_path
+from kubeio.errors import NotFound
+from kubeio.informer import Informer
+from shared import keys
+
+log = structlog.get_logger("signal-controller")
+
+
+class NotLeader(RuntimeError):
+    """The ledger's fence belongs to another controller: this one must not write."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Context:
+    kube: Kube
+    namespace: str
+    identity: str
+    fence: int = 0
+    clock: Callable[[], datetime] = _now
+    nodes: Informer[NodeView] = field(init=False)
+    profiles: Informer[Obj] = field(init=False)
+    runs: Informer[Obj] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
+        self.profiles = Informer(self.kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), lambda o: o)
+        self.runs = Informer(self.kube, resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace), lambda o: o)
+
+    def start_caches(self) -> None:
+        for informer in (self.nodes, self.profiles, self.runs):
+            informer.start()
+
+    async def wait_synced(self) -> None:
+        for informer in (self.nodes, self.profiles, self.runs):
+            await informer.synced.wait()
+
+    async def stop_caches(self) -> None:
+        for informer in (self.nodes, self.profiles, self.runs):
+            await informer.stop()
+
+    def node_map(self) -> Mapping[str, NodeView]:
+        return {n.name: n for n in self.nodes.items.values()}
+
+    # -- paths ---------------------------------------------------------------------------
+
+    def run_path(self, name: str | None = None, sub: str | None = None) -> str:
+        return resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace, name, sub)
+
+    def ledger_path(self) -> str:
+        return resource_path("v1", "configmaps", self.namespace, LEDGER_NAME)
+
+    # -- ledger --------------------------------------------------------------------------
+
+    async def read_ledger(self, *, require_fence: bool = True) -> Ledger:
+        """Uncached read; raises NotLeader when another controller holds the fence."""
+        try:
+            ledger = parse_ledger(await self.kube.get(self.ledger_path()))
+        except NotFound:
+            ledger = Ledger()
+        if require_fence and (ledger.fence != self.fence or ledger.holder != self.identity):
+            raise NotLeader(f"ledger fence {ledger.fence} ({ledger.holder}) is not ours ({self.fence})")
+        return ledger
+
+    async def write_ledger(self, ledger: Ledger) -> Ledger:
+        """Compare-and-swap: fails with Conflict when the ledger changed since it was read."""
+        body = ledger_object(ledger, self.namespace)
+        if ledger.resource_version:
+            written = await self.kube.replace(self.ledger_path(), body)
+        else:
+            written = await self.kube.create(resource_path("v1", "configmaps", self.namespace), body)
+        return parse_ledger(written)
+
+    async def take_fence(self) -> None:
+        """Become the only writer: bump the fence in the ledger (compare-and-swap)."""
+        ledger = await self.read_ledger(require_fence=False)
+        self.fence = ledger.fence + 1
+        await self.write_ledger(ledger.fenced(self.fence, self.identity))
+        log.info("fence taken", fence=self.fence, identity=self.identity)
+
+    # -- status --------------------------------------------------------------------------
+
+    async def patch_run_status(self, run: Obj, status: Mapping[str, Any]) -> Obj:
+        patch = {"metadata": {"uid": run["metadata"]["uid"]}, "status": dict(status)}
+        return await self.kube.merge_patch(self.run_path(run["metadata"]["name"], "status"), patch)
+
+    def timestamp(self) -> str:
+        return self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")
