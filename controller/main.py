@@ -35,7 +35,7 @@ def configure_logging(fmt: str) -> None:
 
 async def serve(args: argparse.Namespace) -> int:
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller")
-    ctx = Context(kube, args.namespace, args.identity)
+    ctx = Context(kube, args.namespace, args.identity, profile_selector=args.profile_selector)
     stop, lost = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
     parser.add_argument("--namespace", default=os.environ.get("SIGNAL_NAMESPACE", "signal-system"))
     parser.add_argument("--identity", default=os.environ.get("POD_NAME", socket.gethostname()))
+    parser.add_argument("--profile-selector", default="", help="serve only profiles matching this label selector")
     parser.add_argument("--resync", type=float, default=30.0, help="seconds between full passes and recovery")
     parser.add_argument("--log-format", choices=["json", "console"], default="json")
     args = parser.parse_args(argv)

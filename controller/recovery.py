@@ -31,8 +31,8 @@ async def recover(ctx: Context) -> int:
         uid = held.run_uid if held else node.signal_taint_uid
         if uid is None and not node.signal_tainted:
             continue
-        if uid in live_uids:
-            continue
+        if uid in live_uids or (held and held.run_namespace and held.run_namespace != ctx.namespace):
+            continue  # live, or held by another installation of Signal (another namespace)
         actual = await _run_uid(ctx, held.run_name, held.run_namespace) if held and held.run_name else None
         if uid is not None and actual == uid:
             continue

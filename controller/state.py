@@ -35,6 +35,8 @@ class Context:
     namespace: str
     identity: str
     fence: int = 0
+    profile_selector: str = ""
+    """Label selector limiting the profiles this controller serves (empty: all)."""
     clock: Callable[[], datetime] = _now
     nodes: Informer[NodeView] = field(init=False)
     profiles: Informer[Obj] = field(init=False)
@@ -42,7 +44,8 @@ class Context:
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
-        self.profiles = Informer(self.kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), lambda o: o)
+        query = {"labelSelector": self.profile_selector} if self.profile_selector else {}
+        self.profiles = Informer(self.kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), lambda o: o, **query)
         self.runs = Informer(self.kube, resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace), lambda o: o)
 
     def start_caches(self) -> None:
