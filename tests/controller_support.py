@@ -2,6 +2,7 @@
 RBAC from deploy/, in a namespace of its own; and building the world it acts on."""
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,8 +39,8 @@ def _plural(kind: str) -> str:
 
 async def install_rbac(admin: KubeClient, namespace: str, file: str = "controller-rbac.yaml") -> None:
     """Apply a deploy/base RBAC file into ``namespace`` (ClusterRoleBindings get a per-namespace name)."""
-    for doc in yaml.safe_load_all((REPO / "deploy" / "base" / file).read_text()):
-        doc = yaml.safe_load(yaml.safe_dump(doc).replace("namespace: signal-system", f"namespace: {namespace}"))
+    text = (REPO / "deploy" / "base" / file).read_text().replace("namespace: signal-system", f"namespace: {namespace}")
+    for doc in yaml.safe_load_all(text):
         api = doc["apiVersion"]
         if doc["kind"] == "ClusterRoleBinding":
             doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
@@ -205,10 +206,8 @@ class World:
 
     async def cleanup(self) -> None:
         for name in self.profiles:
-            try:
+            with contextlib.suppress(ApiError):
                 await self.admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=name))
-            except ApiError:
-                pass
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2, what: str = "") -> Any:
