@@ -30,9 +30,14 @@ recursive steps template with input ``index`` (default ``"0"``).
   controller so no expression has to count; ``proceed`` is the check step's output parameter,
   which defaults to ``"false"`` so a crashed adapter never reads as proceed. A failed ``check``
   step fails its step group, so ``next`` never starts either. After substitution the
-  condition is e.g. ``1 < 3 && 'true' == 'true'``, valid for Argo's ``when`` evaluator.
-* The recursion nests at most 32 ``suite`` levels, well below Argo's template depth limit, and
+  condition is e.g. ``1 < 3 && 'true' == 'true'``, valid for Argo's ``when`` evaluator; the
+  adapter must write exactly ``true`` (Argo trims one trailing newline) for the suite to go on.
+* The recursion nests at most 32 ``suite`` levels, below the controller's default stack depth (100), and
   ``spec.parallelism: 1`` keeps a single pod at a time as a second guard.
+
+These semantics were checked offline against Argo v4.0.5's own Go code (template validation,
+``ProcessArgs`` substitution, ``ReplaceStrict`` and the steps ``when`` evaluator), not on a
+running Argo controller.
 """
 
 from pathlib import Path

@@ -55,6 +55,7 @@ class ControllerProcess:
     workdir: Path
     env: dict[str, str] = field(default_factory=dict)
     resync: float = 2.0
+    identity: str = ""
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -65,7 +66,7 @@ class ControllerProcess:
     async def start(self, **env: str) -> None:
         config = await self.kubeconfig()
         self.starts += 1
-        log = (self.workdir / f"controller-{self.starts}.log").open("wb")
+        log = (self.workdir / f"controller-{self.identity}{self.starts}.log").open("wb")
         self.process = subprocess.Popen(
             [
                 str(Path(sys.executable).parent / "signal-controller"),

@@ -31,8 +31,9 @@ FLAGS = [
 
 
 def template_named(doc: dict[str, Any], name: str) -> dict[str, Any]:
-    (found,) = [t for t in doc["spec"]["templates"] if t["name"] == name]
-    return found
+    found: list[dict[str, Any]] = [t for t in doc["spec"]["templates"] if t["name"] == name]
+    assert len(found) == 1, f"expected exactly one template named {name}"
+    return found[0]
 
 
 @pytest.fixture(scope="module")

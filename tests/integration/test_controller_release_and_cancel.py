@@ -1,0 +1,121 @@
+"""Issue 3: release gives back only what Signal took (an operator's cordon made during the
+Run survives, invariant 8); cancellation stops the Workflow and ends Canceled only once no
+backend workload remains; a non-terminal Run is never released."""
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from localcluster.cluster import LocalCluster
+from localcluster.kube import KubeClient, Obj, resource_path
+from shared import keys
+from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
+
+API = keys.API_VERSION
+
+
+@pytest.fixture
+async def admitted(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> AsyncIterator[tuple[World, Obj, list[str]]]:
+    world = World(cluster, admin, namespace)
+    await world.setup()
+    controller = ControllerProcess(cluster, namespace, tmp_path, resync=1.0)
+    await controller.start()
+    names = world.node_names(2)
+    profile = f"{namespace}-p"
+    await world.add_nodes(names, requested_for=profile)
+    await world.add_profile(profile_body(profile, namespace, 2))
+
+    async def running() -> Obj | None:
+        runs = await world.runs()
+        return runs[0] if runs and runs[0].get("status", {}).get("phase") == "Running" else None
+
+    run = await eventually(running, what=f"a Running Run\n{controller.logs()}")
+    yield world, run, names
+    controller.stop()
+    await world.cleanup()
+
+
+def run_path(run: Obj, sub: str | None = None) -> str:
+    return resource_path(API, keys.RUN_PLURAL, run["metadata"]["namespace"], run["metadata"]["name"], sub)
+
+
+async def ledger_groups(world: World) -> dict:
+    cm = await world.admin.get(resource_path("v1", "configmaps", world.namespace, "signal-admission-ledger"))
+    return json.loads(cm["data"]["groups"])
+
+
+async def test_release_keeps_an_operator_cordon_made_during_the_run(admitted: tuple[World, Obj, list[str]]) -> None:
+    world, run, names = admitted
+    admin = world.admin
+    # The operator cordons the first Node while it is under test (what `kubectl cordon` does).
+    await admin.merge_patch(resource_path("v1", "nodes", name=names[0]), {"spec": {"unschedulable": True}})
+    await admin.merge_patch(run_path(run), {"spec": {"release": True}})
+    assert all(reserved_by(n) == run["metadata"]["uid"] for n in await world.nodes(names)), (
+        "a Running Run is never released"
+    )
+    await admin.merge_patch(run_path(run, "status"), {"status": {"phase": "Failed", "reason": "CheckFailed"}})
+
+    async def released() -> bool:
+        current = await admin.get(run_path(run))
+        return any(c["type"] == "Released" and c["status"] == "True" for c in current["status"].get("conditions", []))
+
+    await eventually(released, what="Released=True")
+    cordoned, free = await world.nodes(names)
+    for node in (cordoned, free):
+        assert reserved_by(node) is None
+        assert keys.RESERVATION_ANNOTATION not in node["metadata"].get("annotations", {})
+        assert not [t for t in node["spec"].get("taints", []) if t["key"] == "projectsignal.dev/reserved"]
+    assert cordoned["spec"]["unschedulable"] is True, "the operator's cordon must survive the release"
+    assert not free["spec"].get("unschedulable")
+    assert run["metadata"]["name"] not in await ledger_groups(world)
+
+
+async def test_failed_run_stays_reserved_until_release(admitted: tuple[World, Obj, list[str]]) -> None:
+    world, run, names = admitted
+    await world.admin.merge_patch(run_path(run, "status"), {"status": {"phase": "Inconclusive"}})
+    await world.admin.merge_patch(resource_path("v1", "nodes", name=names[0]), {"metadata": {"labels": {"touch": "1"}}})
+    for node in await world.nodes(names):
+        assert reserved_by(node) == run["metadata"]["uid"]
+    assert run["metadata"]["name"] in await ledger_groups(world)
+
+
+async def test_cancel_stops_the_workflow_and_waits_for_backend_workloads(
+    admitted: tuple[World, Obj, list[str]],
+) -> None:
+    world, run, names = admitted
+    admin = world.admin
+    pods = resource_path("v1", "pods", world.namespace)
+    backend = {
+        "metadata": {"name": "backend-0", "labels": {keys.RUN_UID_LABEL: run["metadata"]["uid"]}},
+        "spec": {"nodeName": "nowhere", "containers": [{"name": "c", "image": "x", "command": ["true"]}]},
+    }
+    await admin.create(pods, backend)
+    await admin.merge_patch(run_path(run), {"spec": {"cancel": True}})
+
+    async def waiting() -> Obj | None:
+        current = await admin.get(run_path(run))
+        cond = next(
+            (c for c in current["status"].get("conditions", []) if c["type"] == "WorkloadCleanupComplete"), None
+        )
+        return current if cond and cond["status"] == "False" else None
+
+    current = await eventually(waiting, what="cleanup pending")
+    assert current["status"]["phase"] == "Running"
+    workflow = await admin.get(
+        resource_path("argoproj.io/v1alpha1", "workflows", world.namespace, run["metadata"]["name"])
+    )
+    assert workflow["spec"]["shutdown"] == "Terminate"
+    await admin.delete(f"{pods}/backend-0", {"gracePeriodSeconds": 0})
+
+    async def canceled() -> Obj | None:
+        current = await admin.get(run_path(run))
+        return current if current["status"]["phase"] == "Canceled" else None
+
+    current = await eventually(canceled, what="Canceled")
+    assert current["status"]["completionTime"]
+    for node in await world.nodes(names):
+        assert reserved_by(node) == run["metadata"]["uid"], "Canceled keeps the group reserved until release"
