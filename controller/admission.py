@@ -139,18 +139,18 @@ async def reserve(ctx: Context, run: Obj, participant: dict[str, Any]) -> None:
     raise AdmissionAborted(f"Node {participant['nodeName']} kept changing; could not reserve it")
 
 
-async def release_nodes(ctx: Context, run: Obj) -> None:
+async def release_nodes(ctx: Context, run: Obj, *, restore_request: bool = False) -> None:
     """Remove ``run``'s reservation from every participant that still carries it."""
     for participant in run["spec"]["participants"]:
-        await release_node(ctx, participant["nodeName"], run["metadata"]["uid"])
+        await release_node(ctx, participant["nodeName"], run["metadata"]["uid"], restore_request=restore_request)
 
 
-async def release_node(ctx: Context, name: str, run_uid: str) -> None:
+async def release_node(ctx: Context, name: str, run_uid: str, *, restore_request: bool = False) -> None:
     for _ in range(NODE_PATCH_ATTEMPTS):
         node = await ctx.kube.get_or_none(_node_path(name))
         if node is None:
             return
-        patch = release_patch(node, run_uid)
+        patch = release_patch(node, run_uid, restore_request=restore_request)
         if patch is None:
             return
         try:
@@ -166,7 +166,7 @@ async def rollback(ctx: Context, run: Obj, why: str) -> None:
     """Undo an admission: release reservations, delete the Run, drop its ledger group."""
     name = run["metadata"]["name"]
     log.warning("rolling back admission", run=name, reason=why)
-    await release_nodes(ctx, run)
+    await release_nodes(ctx, run, restore_request=True)
     with contextlib.suppress(NotFound, Conflict):
         await ctx.kube.delete(ctx.run_path(name), uid=run["metadata"]["uid"], propagation="Background")
     ledger = await ctx.read_ledger()

@@ -25,12 +25,12 @@ def domain_usage(
 
 
 def violations(usage: Mapping[str, int], new_group: Iterable[NodeView], budget: FailureDomainBudget) -> list[str]:
-    """Domains the new group would push over the budget (empty when it fits)."""
-    total: Counter[str] = Counter(usage)
-    for node in new_group:
-        total[node.labels.get(budget.topology_key, "")] += 1
+    """Domains of the new group that it would push over the budget (empty when it fits).
+    A domain the new group does not touch never blocks it, even if already over budget
+    (e.g. after the budget was lowered)."""
+    added: Counter[str] = Counter(node.labels.get(budget.topology_key, "") for node in new_group)
     return [
-        f"{budget.topology_key}={domain or '<none>'}: {count}>{budget.max_nodes_under_test}"
-        for domain, count in sorted(total.items())
-        if count > budget.max_nodes_under_test or not domain
+        f"{budget.topology_key}={domain or '<none>'}: {usage.get(domain, 0) + count}>{budget.max_nodes_under_test}"
+        for domain, count in sorted(added.items())
+        if not domain or usage.get(domain, 0) + count > budget.max_nodes_under_test
     ]

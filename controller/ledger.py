@@ -54,17 +54,27 @@ class Ledger:
         return replace(self, fence=fence, holder=holder)
 
 
+def _group(run: str, raw: Any) -> Group:
+    if not isinstance(raw, dict):
+        raise LedgerError(f"group {run} is not an object")
+    profile, nodes, uid = raw["profile"], raw["nodes"], raw.get("runUID", "")
+    if not isinstance(profile, str) or not isinstance(uid, str):
+        raise LedgerError(f"group {run}: profile and runUID must be strings")
+    if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
+        raise LedgerError(f"group {run}: nodes must be a list of Node names")
+    return Group(profile, tuple(nodes), uid)
+
+
 def parse_ledger(config_map: Mapping[str, Any]) -> Ledger:
     data = config_map.get("data") or {}
     try:
         fence = int(data.get("fence", "0"))
+        if data and "groups" not in data:
+            raise LedgerError("groups is missing")
         raw = json.loads(data.get("groups", "{}"))
         if not isinstance(raw, dict):
             raise LedgerError("groups is not an object")
-        groups = {
-            str(run): Group(str(g["profile"]), tuple(str(n) for n in g["nodes"]), str(g.get("runUID", "")))
-            for run, g in raw.items()
-        }
+        groups = {str(run): _group(run, g) for run, g in raw.items()}
     except (ValueError, KeyError, TypeError) as exc:
         raise LedgerError(f"admission ledger {LEDGER_NAME} is malformed: {exc}") from exc
     return Ledger(fence, str(data.get("holder", "")), groups, config_map.get("metadata", {}).get("resourceVersion", ""))

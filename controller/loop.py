@@ -33,7 +33,7 @@ async def _wait_for_change(ctx: Context, timeout: float) -> None:
                 await waiter
 
 
-async def run_loop(ctx: Context, stop: asyncio.Event, *, resync: float = 30.0, settle: float = 0.05) -> None:
+async def run_loop(ctx: Context, stop: asyncio.Event, *, resync: float = 30.0, settle: float = 0.25) -> None:
     """Reconcile until ``stop`` is set. Raises NotLeader when fenced out, LedgerError on a
     malformed ledger (fail closed: the process exits and says why)."""
     await ctx.take_fence()

@@ -6,6 +6,7 @@ admission of the same state produces the same name (a harmless AlreadyExists) wh
 re-certification of the same group gets a new one. Children are named after their Run."""
 
 import hashlib
+import math
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -35,7 +36,7 @@ def snapshot_name(run: str) -> str:
 
 def suite_deadline_seconds(profile: CertificationProfile) -> int:
     total = sum(parse_duration(c.backend_active_deadline).total_seconds() for c in profile.spec.checks)
-    return int(total + parse_duration(profile.spec.evidence_reserve).total_seconds())
+    return max(1, math.ceil(total + parse_duration(profile.spec.evidence_reserve).total_seconds()))
 
 
 def owner_reference(run: Mapping[str, Any]) -> dict[str, Any]:
@@ -150,20 +151,30 @@ def reservation_patch(node: Mapping[str, Any], run: Mapping[str, Any], index: in
     meta = run["metadata"]
     taints = [t for t in (node.get("spec", {}).get("taints") or []) if t.get("key") != RESERVED_TAINT_KEY]
     taints.append({"key": RESERVED_TAINT_KEY, "value": meta["uid"], "effect": "NoSchedule"})
-    detail = {"run": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"], "index": index}
+    request = (node["metadata"].get("labels") or {}).get(keys.CERTIFY_LABEL, "")
+    detail = {
+        "run": meta["name"],
+        "namespace": meta["namespace"],
+        "uid": meta["uid"],
+        "index": index,
+        "request": request,
+    }
     return {
         "metadata": {
             "resourceVersion": node["metadata"]["resourceVersion"],
-            "labels": {keys.RESERVED_BY_LABEL: meta["uid"]},
+            # The operator's request is consumed by the admission (restored by a rollback).
+            "labels": {keys.RESERVED_BY_LABEL: meta["uid"], keys.CERTIFY_LABEL: None},
             "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(detail, sort_keys=True)},
         },
         "spec": {"taints": taints},
     }
 
 
-def release_patch(node: Mapping[str, Any], run_uid: str) -> dict[str, Any] | None:
+def release_patch(node: Mapping[str, Any], run_uid: str, *, restore_request: bool = False) -> dict[str, Any] | None:
     """Merge patch removing a Run's reservation, or None when the Node is not held by it.
-    Only Signal's own taint is removed: an operator's cordon (spec.unschedulable) stays."""
+    Only Signal's own taint is removed: an operator's cordon (spec.unschedulable) stays.
+    ``restore_request`` (rollback of an admission that never completed) gives the Node its
+    certification request back, unless it carries a newer one."""
     labels = node.get("metadata", {}).get("labels") or {}
     taints = node.get("spec", {}).get("taints") or []
     ours = labels.get(keys.RESERVED_BY_LABEL) == run_uid
@@ -175,8 +186,20 @@ def release_patch(node: Mapping[str, Any], run_uid: str) -> dict[str, Any] | Non
     if ours:
         patch["metadata"]["labels"] = {keys.RESERVED_BY_LABEL: None}
         patch["metadata"]["annotations"] = {keys.RESERVATION_ANNOTATION: None}
+        annotations = node.get("metadata", {}).get("annotations") or {}
+        request = _request_of(annotations.get(keys.RESERVATION_ANNOTATION, ""))
+        if restore_request and request and keys.CERTIFY_LABEL not in labels:
+            patch["metadata"]["labels"][keys.CERTIFY_LABEL] = request
     patch["spec"] = {"taints": remaining or None}
     return patch
+
+
+def _request_of(annotation: str) -> str:
+    try:
+        detail = json.loads(annotation)
+    except ValueError:
+        return ""
+    return str(detail.get("request", "")) if isinstance(detail, dict) else ""
 
 
 def timestamp(now: datetime) -> str:

@@ -65,11 +65,16 @@ def parse_reservation(labels: Mapping[str, str], annotations: Mapping[str, str])
             detail = {}
     except json.JSONDecodeError:
         detail = {}
+    try:
+        index = int(str(detail.get("index", -1)), 10)
+    except ValueError:
+        index = -1
+    run, namespace = detail.get("run"), detail.get("namespace")
     return Reservation(
         run_uid=uid,
-        run_name=str(detail.get("run", "")),
-        run_namespace=str(detail.get("namespace", "")),
-        index=int(detail.get("index", -1)) if str(detail.get("index", "")).lstrip("-").isdigit() else -1,
+        run_name=run if isinstance(run, str) else "",
+        run_namespace=namespace if isinstance(namespace, str) else "",
+        index=index,
     )
 
 

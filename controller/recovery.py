@@ -37,7 +37,7 @@ async def recover(ctx: Context) -> int:
         if uid is not None and actual == uid:
             continue
         log.warning("releasing orphaned reservation", node=node.name, run_uid=uid)
-        await release_node(ctx, node.name, uid or node.signal_taint_uid or "")
+        await release_node(ctx, node.name, uid or node.signal_taint_uid or "", restore_request=True)
         repairs += 1
     ledger = await ctx.read_ledger()
     runs_by_name = {r["metadata"]["name"]: r for r in ctx.runs.items.values()}

@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
@@ -15,6 +16,8 @@ from kubeio.errors import ApiError, NotFound, error_for
 Obj = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+# Benchmarks set SIGNAL_REQUEST_LOG=<file> to record every request (time, verb, path).
+_REQUEST_LOG = os.environ.get("SIGNAL_REQUEST_LOG", "")
 
 
 def resource_path(
@@ -84,6 +87,9 @@ class Kube:
         url = f"{self.api.configuration.host}{path}"
         verb = _verb(method, path, query)
         self.requests[verb] = self.requests.get(verb, 0) + 1
+        if _REQUEST_LOG:
+            with open(_REQUEST_LOG, "a", encoding="utf-8") as handle:  # noqa: ASYNC230 - benchmarks only
+                handle.write(f"{time.time():.3f}\t{verb}\t{path}\n")
         try:
             return await self.api.rest_client.request(
                 method,

@@ -220,6 +220,8 @@ class ControlPlane:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--allow-privileged=true",
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+            # No node-lifecycle controller runs, so nothing would lift the not-ready taint.
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--max-requests-inflight=1000",
             "--max-mutating-requests-inflight=500",
             "--enable-priority-and-fairness=false",

@@ -163,10 +163,11 @@ async def test_a_bad_source_leaves_every_node_untouched(
         cond = await eventually(not_ready, what=f"Ready=False\n{controller.logs()}")
         assert cond["reason"] == reason
         assert f"ConfigMap {namespace}/scripts" in cond["message"]
-        after = await world.nodes(names)
-        assert [n["metadata"]["resourceVersion"] for n in after] == [
-            n["metadata"]["resourceVersion"] for n in before
-        ] or all(reserved_by(n) is None and not n["spec"].get("taints") for n in after)
+        for node in await world.nodes(names):
+            assert reserved_by(node) is None, node["metadata"]
+            assert node["spec"].get("taints") is None, node["spec"]
+            assert node["metadata"]["labels"][keys.CERTIFY_LABEL] == profile, "the request must not be consumed"
+            assert keys.RESERVATION_ANNOTATION not in node["metadata"].get("annotations", {})
         assert await world.runs() == []
         cms = await admin.get(resource_path("v1", "configmaps", namespace))
         assert {c["metadata"]["name"] for c in cms["items"]} <= {

@@ -1,0 +1,219 @@
+"""Issue 3, acceptance 3 (invariants 1 and 2): the controller process is killed before and
+after every write it makes during admission, rollback and release — for group sizes 1, 2
+and 8 — and after a restart converges to either the full group reserved for one live Run or
+no reservation at all, with no leaked reservation and no duplicate Run or Workflow.
+
+The write points are not listed here: a traced run records every write the controller makes
+through its gateway (kubeio.crashpoints), so a new write cannot escape this test."""
+
+import asyncio
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from localcluster.cluster import LocalCluster
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from shared import keys
+from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
+
+BATCH = 4
+EXERCISED: dict[str, int] = {}
+
+
+class Scenario:
+    def __init__(self, cluster: LocalCluster, admin: KubeClient, root: Path, size: int) -> None:
+        self.cluster, self.admin, self.size = cluster, admin, size
+        self.namespace = f"crash-{uuid.uuid4().hex[:8]}"
+        self.workdir = root / self.namespace
+        self.workdir.mkdir(parents=True)
+        self.world = World(cluster, admin, self.namespace)
+        self.profile = f"{self.namespace}-p"
+        self.names = self.world.node_names(size)
+        self.controller = ControllerProcess(cluster, self.namespace, self.workdir, resync=1.0)
+
+    async def prepare(self) -> None:
+        await self.cluster.create_namespace(self.namespace)
+        await self.world.setup()
+        await self.world.add_nodes(self.names, requested_for=self.profile, zones=("zone-a", "zone-b", "zone-c"))
+        await self.world.add_profile(profile_body(self.profile, self.namespace, self.size))
+
+    async def run_once(self, **env: str) -> int | None:
+        """Start the controller; with SIGNAL_CRASH_AT it must die at that point (137)."""
+        await self.controller.start(**env)
+        if "SIGNAL_CRASH_AT" in env:
+            return await self.controller.wait_exit(60)
+        return None
+
+    async def state(self) -> tuple[list[Obj], list[Obj], list[Obj], dict]:
+        runs = await self.world.runs()
+        workflows = (await self.admin.get(resource_path("argoproj.io/v1alpha1", "workflows", self.namespace)))["items"]
+        nodes = await self.world.nodes(self.names)
+        try:
+            ledger = await self.admin.get(resource_path("v1", "configmaps", self.namespace, "signal-admission-ledger"))
+        except ApiError as exc:
+            assert exc.status == 404
+            return runs, workflows, nodes, {}
+        return runs, workflows, nodes, json.loads(ledger["data"]["groups"])
+
+    async def converged_admitted(self) -> bool:
+        runs, workflows, nodes, groups = await self.state()
+        if len(runs) != 1 or runs[0].get("status", {}).get("phase") != "Running":
+            return False
+        uid = runs[0]["metadata"]["uid"]
+        return (
+            all(reserved_by(n) == uid for n in nodes)
+            and [w["metadata"]["name"] for w in workflows] == [runs[0]["metadata"]["name"]]
+            and list(groups) == [runs[0]["metadata"]["name"]]
+        )
+
+    async def converged_free(self) -> bool:
+        runs, workflows, nodes, groups = await self.state()
+        live = [r for r in runs if not r["metadata"].get("deletionTimestamp")]
+        return not live and all(reserved_by(n) is None and not n["spec"].get("taints") for n in nodes) and not groups
+
+    async def converged_released(self) -> bool:
+        runs, _, nodes, groups = await self.state()
+        released = len(runs) == 1 and any(
+            c["type"] == "Released" and c["status"] == "True" for c in runs[0]["status"].get("conditions", [])
+        )
+        return released and all(reserved_by(n) is None and not n["spec"].get("taints") for n in nodes) and not groups
+
+    async def finish(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
+        try:
+            await eventually(
+                check, timeout=45, interval=0.3, what=f"{what} in {self.namespace}\n{self.controller.logs()}"
+            )
+            runs, workflows, nodes, _ = await self.state()
+            assert len({r["metadata"]["name"] for r in runs}) == len(runs) <= 1
+            assert len(workflows) <= 1
+            uids = {r["metadata"]["uid"] for r in runs}
+            assert all(reserved_by(n) in uids | {None} for n in nodes), "leaked reservation"
+        finally:
+            self.controller.stop()
+            await self.world.cleanup()
+            await self.cluster.delete_namespace(self.namespace)
+
+    def trace(self) -> list[str]:
+        path = self.workdir / "trace.tsv"
+        return [line.split("\t", 1)[1] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def admit_cleanly(s: Scenario) -> None:
+    await s.run_once()
+    await eventually(s.converged_admitted, timeout=45, what=f"admission\n{s.controller.logs()}")
+    s.controller.stop()
+
+
+async def mark_failed_and_released(s: Scenario) -> None:
+    runs = await s.world.runs()
+    path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, s.namespace, runs[0]["metadata"]["name"])
+    await s.admin.merge_patch(f"{path}/status", {"status": {"phase": "Failed", "reason": "CheckFailed"}})
+    await s.admin.merge_patch(path, {"spec": {"release": True}})
+
+
+def _point_after_run_create(points: list[str]) -> int:
+    return next(i + 1 for i, p in enumerate(points) if p.startswith("after POST") and p.endswith("/certificationruns"))
+
+
+async def _crash_then_recover(
+    make: Callable[[], Scenario],
+    setup: Callable[[Scenario], Awaitable[None]],
+    k: int,
+    converged: Callable[[Scenario], Callable[[], Awaitable[bool]]],
+    what: str,
+) -> None:
+    s = make()
+    await s.prepare()
+    await setup(s)
+    code = await s.run_once(SIGNAL_CRASH_AT=str(k))
+    assert code == 137, f"point {k} was not reached in {s.namespace}\n{s.controller.logs()}"
+    await s.run_once()
+    await s.finish(converged(s), f"{what} after a crash at write point {k}")
+
+
+async def _exercise(
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    make: Callable[[], Scenario],
+    setup: Callable[[Scenario], Awaitable[None]],
+    converged: Callable[[Scenario], Callable[[], Awaitable[bool]]],
+    what: str,
+) -> None:
+    traced = make()
+    await traced.prepare()
+    await setup(traced)
+    await traced.run_once(SIGNAL_CRASH_TRACE=str(traced.workdir / "trace.tsv"))
+    await traced.finish(converged(traced), what)
+    points = traced.trace()
+    assert points, "the traced run made no write"
+    for start in range(0, len(points), BATCH):
+        batch = range(start + 1, min(start + BATCH, len(points)) + 1)
+        await asyncio.gather(*(_crash_then_recover(make, setup, k, converged, what) for k in batch))
+    EXERCISED[name] = len(points)
+    with capsys.disabled():
+        print(f"\ncrash points exercised: {name}: {len(points)}, each killed, restarted and verified")
+
+
+async def _nothing(_: Scenario) -> None:
+    return None
+
+
+@pytest.mark.parametrize("size", [1, 2, 8])
+async def test_crash_at_every_admission_write(
+    cluster: LocalCluster, admin: KubeClient, tmp_path: Path, size: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await _exercise(
+        capsys,
+        f"admission, group of {size}",
+        lambda: Scenario(cluster, admin, tmp_path, size),
+        _nothing,
+        lambda s: s.converged_admitted,
+        "one Running Run holding the full group",
+    )
+
+
+@pytest.mark.parametrize("size", [1, 2, 8])
+async def test_crash_at_every_release_write(
+    cluster: LocalCluster, admin: KubeClient, tmp_path: Path, size: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def setup(s: Scenario) -> None:
+        await admit_cleanly(s)
+        await mark_failed_and_released(s)
+
+    await _exercise(
+        capsys,
+        f"release, group of {size}",
+        lambda: Scenario(cluster, admin, tmp_path, size),
+        setup,
+        lambda s: s.converged_released,
+        "a released group",
+    )
+
+
+@pytest.mark.parametrize("size", [1, 2, 8])
+async def test_crash_at_every_rollback_write(
+    cluster: LocalCluster, admin: KubeClient, tmp_path: Path, size: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A half-admitted Run (crash right after its creation) whose Node was cordoned by an
+    operator meanwhile must be rolled back; crash during that rollback too."""
+    probe = Scenario(cluster, admin, tmp_path, size)
+    await probe.prepare()
+    await probe.run_once(SIGNAL_CRASH_TRACE=str(probe.workdir / "trace.tsv"))
+    await probe.finish(probe.converged_admitted, "admission")
+    after_create = _point_after_run_create(probe.trace())
+
+    async def setup(s: Scenario) -> None:
+        assert await s.run_once(SIGNAL_CRASH_AT=str(after_create)) == 137
+        await s.admin.merge_patch(resource_path("v1", "nodes", name=s.names[-1]), {"spec": {"unschedulable": True}})
+
+    await _exercise(
+        capsys,
+        f"rollback, group of {size}",
+        lambda: Scenario(cluster, admin, tmp_path, size),
+        setup,
+        lambda s: s.converged_free,
+        "no Run and no reservation",
+    )
