@@ -19,14 +19,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.nodes import node_view  # noqa: E402
-from controller.selection import select_participants  # noqa: E402
-from localcluster.cluster import LocalCluster  # noqa: E402
-from localcluster.fleet import SimNode  # noqa: E402
-from localcluster.kube import resource_path  # noqa: E402
-from shared import keys  # noqa: E402
-from shared.profile import CertificationProfile  # noqa: E402
-from tests.controller_support import ControllerProcess, World, profile_body  # noqa: E402
+from controller.nodes import node_view
+from controller.selection import select_participants
+from localcluster.cluster import LocalCluster
+from localcluster.fleet import SimNode
+from localcluster.kube import resource_path
+from shared import keys
+from shared.profile import CertificationProfile
+from tests.controller_support import ControllerProcess, World, profile_body
 
 
 def rss_mib(pid: int) -> float:

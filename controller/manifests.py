@@ -6,8 +6,8 @@ admission of the same state produces the same name (a harmless AlreadyExists) wh
 re-certification of the same group gets a new one. Children are named after their Run."""
 
 import hashlib
-import math
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any

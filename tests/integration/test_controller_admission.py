@@ -145,7 +145,6 @@ async def test_a_bad_source_leaves_every_node_untouched(
     names = world.node_names(2)
     profile = f"{namespace}-p"
     await world.add_nodes(names, requested_for=profile)
-    before = await world.nodes(names)
     body = profile_body(profile, namespace, 2)
     if problem == "digest":
         body["spec"]["source"]["digest"] = "sha256:" + "0" * 64

@@ -70,7 +70,7 @@ class Scenario:
         )
 
     async def converged_free(self) -> bool:
-        runs, workflows, nodes, groups = await self.state()
+        runs, _, nodes, groups = await self.state()
         live = [r for r in runs if not r["metadata"].get("deletionTimestamp")]
         return not live and all(reserved_by(n) is None and not n["spec"].get("taints") for n in nodes) and not groups
 
