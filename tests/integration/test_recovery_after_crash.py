@@ -21,6 +21,7 @@ from tests.controller_support import ControllerProcess, World, eventually, profi
 
 BATCH = 4
 EXERCISED: dict[str, int] = {}
+pytestmark = pytest.mark.timeout(1200)
 
 
 class Scenario:
