@@ -1,6 +1,6 @@
 """A small raw-JSON Kubernetes client over httpx for the local control plane's own
-support code (CRD install, fleet, process kubelet). The services use their own
-gateways; this one exists so test support never depends on product code.
+support code (CRD install, fleet, process kubelet). It shares only the pure path
+builder with kubeio; the services use kubeio's gateway.
 """
 
 import json
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from kubeio.client import resource_path
 
 Obj = dict[str, Any]
 
@@ -34,26 +36,6 @@ class ApiError(RuntimeError):
         self.status = status
         self.reason = reason
         self.message = message
-
-
-def resource_path(
-    api_version: str,
-    plural: str,
-    namespace: str | None = None,
-    name: str | None = None,
-    subresource: str | None = None,
-) -> str:
-    """URL path of a collection or an object."""
-    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    parts = [base]
-    if namespace:
-        parts.append(f"namespaces/{namespace}")
-    parts.append(plural)
-    if name:
-        parts.append(name)
-    if subresource:
-        parts.append(subresource)
-    return "/".join(parts)
 
 
 @dataclass
@@ -142,3 +124,6 @@ class KubeClient:
             async for line in response.aiter_lines():
                 if line:
                     yield json.loads(line)
+
+
+__all__ = ["ApiError", "KubeClient", "Obj", "resource_path"]
