@@ -17,7 +17,7 @@ from shared import keys
 from shared.durations import parse_duration
 from shared.profile import CertificationProfile
 
-WORKFLOW_TEMPLATE = "signal-adapter"
+WORKFLOW_TEMPLATE = keys.WORKFLOW_TEMPLATE
 GROUP_HASH_LABEL = f"{keys.GROUP}/group-hash"
 
 
@@ -128,6 +128,8 @@ def workflow_manifest(run: Mapping[str, Any]) -> dict[str, Any]:
         "check-count": str(len(spec["checks"])),
         "snapshot": spec["source"]["snapshotConfigMap"],
     }
+    if tuple(parameters) != keys.WORKFLOW_PARAMETERS:  # pragma: no cover - guarded by unit tests
+        raise AssertionError("workflow parameters drifted from shared.keys.WORKFLOW_PARAMETERS")
     return {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Workflow",

@@ -38,6 +38,20 @@ RACK_LABEL: Final = f"{GROUP}/rack"
 
 FIELD_MANAGER: Final = "signal-controller"
 
+# The contract between the controller (which submits Workflows) and the adapter's fixed
+# WorkflowTemplate: its name and its Workflow-level parameters, all strings.
+WORKFLOW_TEMPLATE: Final = "signal-adapter"
+WORKFLOW_PARAMETERS: Final = (
+    "run-name",
+    "run-namespace",
+    "run-uid",
+    "participants",
+    "participants-json",
+    "checks",
+    "check-count",
+    "snapshot",
+)
+
 
 def certified_label(profile_name: str) -> str:
     """The Node label that carries the latest result of ``profile_name``."""

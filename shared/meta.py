@@ -98,3 +98,13 @@ class Condition(WireModel):
     last_transition_time: datetime
     reason: Annotated[str, Field(min_length=1, max_length=1024)]
     message: Annotated[str, Field(max_length=32768)] = ""
+
+
+Conditions = Annotated[
+    list[Condition],
+    Field(
+        max_length=16,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    ),
+]
+"""A status's conditions: a list-map keyed by type."""

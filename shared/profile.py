@@ -15,7 +15,7 @@ from shared.durations import DURATION_PATTERN
 from shared.meta import (
     CONFIGMAP_KEY_PATTERN,
     RESOURCE_NAME_PATTERN,
-    Condition,
+    Conditions,
     Digest,
     DnsLabel,
     DnsSubdomain,
@@ -213,16 +213,7 @@ class ProfileStatus(WireModel):
     """Observed state of a profile."""
 
     observed_generation: int | None = None
-    conditions: Annotated[
-        list[Condition],
-        Field(
-            max_length=16,
-            json_schema_extra={
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-list-map-keys": ["type"],
-            },
-        ),
-    ] = Field(default_factory=list)
+    conditions: Conditions = Field(default_factory=list)
     eligible_nodes: int | None = None
     """Requested Nodes eligible at the last admission attempt."""
 

@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field, JsonValue
 
 from shared import keys
 from shared.meta import (
-    Condition,
+    Conditions,
     Digest,
     DnsLabel,
     DnsSubdomain,
@@ -151,16 +151,7 @@ class RunStatus(WireModel):
     reason: Annotated[str, Field(max_length=256)] | None = None
     message: Annotated[str, Field(max_length=4096)] | None = None
     observed_generation: int | None = None
-    conditions: Annotated[
-        list[Condition],
-        Field(
-            max_length=16,
-            json_schema_extra={
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-list-map-keys": ["type"],
-            },
-        ),
-    ] = Field(default_factory=list)
+    conditions: Conditions = Field(default_factory=list)
     workflow: WorkflowRef | None = None
     evidence: EvidenceRef | None = None
     start_time: datetime | None = None
