@@ -9,7 +9,7 @@ Half-admitted Runs are finished or rolled back by ``runs.reconcile_run``."""
 
 from controller.admission import release_node
 from controller.state import Context, log
-from kubeio.client import resource_path
+from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
 from shared import keys
 from shared.conditions import is_true
@@ -56,14 +56,18 @@ async def recover(ctx: Context) -> int:
     return repairs
 
 
-async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, dict[str, object]]) -> int:
+async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, Obj]) -> int:
+    """Delete Signal's Workflows whose Run is gone; the cache nominates, an uncached GET confirms."""
     repairs = 0
     path = resource_path("argoproj.io/v1alpha1", "workflows", ctx.namespace)
-    listing = await ctx.kube.get(path, labelSelector=keys.RUN_UID_LABEL)
-    for workflow in listing.get("items", []):
+    for workflow in list(ctx.workflows.items.values()):
         meta = workflow["metadata"]
-        run_name = meta.get("labels", {}).get(keys.RUN_NAME_LABEL, "")
-        if await _run_uid(ctx, run_name, ctx.namespace) == meta["labels"][keys.RUN_UID_LABEL]:
+        labels = meta.get("labels") or {}
+        run_name, run_uid = labels.get(keys.RUN_NAME_LABEL, ""), labels.get(keys.RUN_UID_LABEL)
+        cached = runs_by_name.get(run_name)
+        if cached is not None and cached["metadata"]["uid"] == run_uid:
+            continue
+        if await _run_uid(ctx, run_name, ctx.namespace) == run_uid:
             continue
         log.warning("deleting orphaned workflow", workflow=meta["name"])
         try:

@@ -41,23 +41,31 @@ class Context:
     nodes: Informer[NodeView] = field(init=False)
     profiles: Informer[Obj] = field(init=False)
     runs: Informer[Obj] = field(init=False)
+    workflows: Informer[Obj] = field(init=False)
+    """Signal's Workflows in the namespace (metadata only), for orphan recovery."""
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
         query = {"labelSelector": self.profile_selector} if self.profile_selector else {}
         self.profiles = Informer(self.kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), lambda o: o, **query)
         self.runs = Informer(self.kube, resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace), lambda o: o)
+        self.workflows = Informer(
+            self.kube,
+            resource_path("argoproj.io/v1alpha1", "workflows", self.namespace),
+            lambda o: {"metadata": o["metadata"]},
+            labelSelector=keys.RUN_UID_LABEL,
+        )
 
     def start_caches(self) -> None:
-        for informer in (self.nodes, self.profiles, self.runs):
+        for informer in (self.nodes, self.profiles, self.runs, self.workflows):
             informer.start()
 
     async def wait_synced(self) -> None:
-        for informer in (self.nodes, self.profiles, self.runs):
+        for informer in (self.nodes, self.profiles, self.runs, self.workflows):
             await informer.synced.wait()
 
     async def stop_caches(self) -> None:
-        for informer in (self.nodes, self.profiles, self.runs):
+        for informer in (self.nodes, self.profiles, self.runs, self.workflows):
             await informer.stop()
 
     def node_map(self) -> Mapping[str, NodeView]:
