@@ -2,6 +2,7 @@
 (never typed client models) so that 10,000 watched Nodes stay small. Pure."""
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ class Reservation:
     index: int = -1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeView:
     name: str
     uid: str
@@ -83,7 +84,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     meta = node.get("metadata", {})
     spec = node.get("spec", {}) or {}
     status = node.get("status", {}) or {}
-    labels = dict(meta.get("labels") or {})
+    labels = {sys.intern(k): sys.intern(str(v)) for k, v in (meta.get("labels") or {}).items() if v is not None}
     annotations = meta.get("annotations") or {}
     taints = spec.get("taints") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
@@ -96,8 +97,8 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         ready=ready,
         unschedulable=foreign_cordon,
         allocatable=_resources(status.get("allocatable") or {}),
-        capacity_raw={k: str(v) for k, v in (status.get("capacity") or {}).items()},
-        allocatable_raw={k: str(v) for k, v in (status.get("allocatable") or {}).items()},
+        capacity_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("capacity") or {}).items()},
+        allocatable_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("allocatable") or {}).items()},
         reservation=parse_reservation(labels, annotations),
         signal_taint_uid=next((str(t.get("value", "")) for t in taints if t.get("key") == RESERVED_TAINT_KEY), None),
     )

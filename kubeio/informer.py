@@ -18,6 +18,8 @@ log = structlog.get_logger("informer")
 
 
 class Informer(Generic[T]):
+    page_size = 500
+
     def __init__(self, kube: Kube, path: str, reduce: Callable[[Obj], T], **query: str) -> None:
         self.kube = kube
         self.path = path
@@ -42,12 +44,26 @@ class Informer(Generic[T]):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    async def _list(self) -> tuple[dict[str, T], str]:
+        """List in pages, reducing each page as it arrives, so the peak memory of the initial
+        sync is one page of raw JSON rather than the whole collection."""
+        items: dict[str, T] = {}
+        token = ""
+        while True:
+            query = {**self.query, "limit": str(self.page_size)}
+            if token:
+                query["continue"] = token
+            page = await self.kube.get(self.path, **query)
+            for obj in page.get("items", []):
+                items[self.key(obj)] = self.reduce(obj)
+            token = page["metadata"].get("continue") or ""
+            if not token:
+                return items, page["metadata"]["resourceVersion"]
+
     async def _run(self) -> None:
         while True:
             try:
-                listing = await self.kube.get(self.path, **self.query)
-                self.items = {self.key(o): self.reduce(o) for o in listing.get("items", [])}
-                version = listing["metadata"]["resourceVersion"]
+                self.items, version = await self._list()
                 self.synced.set()
                 self.changed.set()
                 while True:
