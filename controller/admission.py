@@ -65,8 +65,27 @@ async def admit(
         run = await ctx.kube.create(ctx.run_path(), body)
     except AlreadyExists:
         run = await ctx.kube.get(ctx.run_path(name))
+        if not _same_admission(run, body):
+            # A Run of that name is another admission (e.g. an older, finished Run of the same
+            # group that the cache had not shown): never adopt it.
+            ledger = await ctx.read_ledger()
+            await ctx.write_ledger(ledger.without(name))
+            raise AdmissionAborted(f"Run {name} already exists for another admission; will retry") from None
     bound.info("run created", uid=run["metadata"]["uid"])
     return await complete_admission(ctx, run, source)
+
+
+def _same_admission(existing: Obj, wanted: Obj) -> bool:
+    """An existing Run is this admission only if it is still being admitted, for the same
+    profile, group (Node uids) and attempt."""
+    phase = (existing.get("status") or {}).get("phase") or "Pending"
+    spec, want = existing["spec"], wanted["spec"]
+    return (
+        phase in {"Pending", "Admitted"}
+        and spec["profile"] == want["profile"]
+        and spec["attempt"] == want["attempt"]
+        and [p["nodeUID"] for p in spec["participants"]] == [p["nodeUID"] for p in want["participants"]]
+    )
 
 
 async def complete_admission(ctx: Context, run: Obj, source: Obj | None) -> Obj:
