@@ -1,6 +1,6 @@
 """The whole local cluster as one async context: control plane, Signal and upstream
 CRDs (installed before the garbage collector starts), a proven garbage collector,
-simulated GPU Nodes with a heartbeat, and the process kubelet."""
+simulated GPU Nodes with a heartbeat, the process kubelet and a simulated MPI operator."""
 
 import asyncio
 import contextlib
@@ -23,6 +23,7 @@ from localcluster.crds import (
 from localcluster.fleet import SimNode, create_nodes, heartbeat
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.kubelet import ProcessKubelet
+from localcluster.mpioperator import MPIOperator
 
 log = structlog.get_logger("localcluster")
 
@@ -38,6 +39,7 @@ class LocalCluster:
     timings: dict[str, float] = field(default_factory=dict)
     admin_client: KubeClient | None = None
     kubelet: ProcessKubelet | None = None
+    mpi_operator: MPIOperator | None = None
     _heartbeat: asyncio.Task[None] | None = None
 
     @property
@@ -83,6 +85,9 @@ class LocalCluster:
         self.timings["gc_canary"] = await prove_garbage_collection(self.admin)
         self.kubelet = ProcessKubelet(self.admin, self.plane.workdir / "kubelet", lambda n: n in self.simulated)
         await self.kubelet.start()
+        if self.install_upstream:
+            self.mpi_operator = MPIOperator(self.admin)
+            await self.mpi_operator.start()
         self._heartbeat = asyncio.create_task(
             heartbeat(self.admin, lambda: sorted(self.simulated), self.heartbeat_seconds),
             name="node-heartbeat",
@@ -91,6 +96,8 @@ class LocalCluster:
         log.info("local cluster ready", **{k: round(v, 2) for k, v in self.timings.items()})
 
     async def stop(self) -> None:
+        if self.mpi_operator:
+            await self.mpi_operator.stop()
         if self._heartbeat:
             self._heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -6,6 +6,12 @@ It enforces ``activeDeadlineSeconds`` (phase Failed, reason DeadlineExceeded), c
 termination messages at 4096 bytes, and on deletion stops the processes and completes
 the delete with grace 0 and a uid precondition, as a real kubelet does. Restart policies
 are not simulated: every container runs once. Init containers run first, in order.
+
+It also stands in for the node's SSH: an exec server on a unix socket runs commands
+inside running Pods for the rsh agent (``localcluster.podexec``, ``localcluster.rsh``),
+and every container gets the environment that points OpenMPI at that agent. When a
+Pod's containers have all exited, whatever is left of its processes (including exec'd
+commands) is killed, as a container runtime would.
 """
 
 import asyncio
@@ -13,6 +19,7 @@ import contextlib
 import os
 import shutil
 import signal
+import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +29,7 @@ from typing import Any
 import structlog
 
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.podexec import ExecRefused, ExecServer, ExecTarget, HostRef, node_env
 from localcluster.podprocess import (
     PodSpecError,
     ProcessSpec,
@@ -33,6 +41,7 @@ from localcluster.podprocess import (
 log = structlog.get_logger("process-kubelet")
 TERMINATION_MESSAGE_LIMIT = 4096
 KILL_GRACE_SECONDS = 2.0
+UNIX_SOCKET_PATH_LIMIT = 100
 
 
 def _now() -> str:
@@ -48,6 +57,7 @@ class PodRun:
     processes: dict[str, asyncio.subprocess.Process] = field(default_factory=dict)
     phase: str = "Pending"
     deleting: bool = False
+    specs: dict[str, ProcessSpec] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,6 +70,7 @@ class ProcessKubelet:
     runs: dict[str, PodRun] = field(default_factory=dict)
     _watcher: asyncio.Task[None] | None = None
     _background: set[asyncio.Task[None]] = field(default_factory=set)
+    _exec_server: ExecServer | None = None
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
@@ -67,11 +78,25 @@ class ProcessKubelet:
         task.add_done_callback(self._background.discard)
         return task
 
+    @property
+    def exec_socket(self) -> Path:
+        """The unix socket of the exec server (the stand-in for the node's sshd)."""
+        if self._exec_server is None:
+            raise RuntimeError("the process kubelet is not started")
+        return self._exec_server.socket_path
+
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        socket_path = self.workdir / "exec.sock"
+        if len(str(socket_path)) > UNIX_SOCKET_PATH_LIMIT:
+            socket_path = Path(tempfile.mkdtemp(prefix="signal-exec-")) / "exec.sock"
+        self._exec_server = ExecServer(socket_path, self._exec_target)
+        await self._exec_server.start()
         self._watcher = asyncio.create_task(self._watch_forever(), name="process-kubelet-watch")
 
     async def stop(self) -> None:
+        if self._exec_server:
+            await self._exec_server.stop()
         if self._watcher:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -153,8 +178,9 @@ class ProcessKubelet:
         started = _now()
         try:
             volumes = await materialise_volumes(self.kube, pod, pod_dir)
-            specs = {
-                c["name"]: process_spec(pod, c, pod_dir, volumes)
+            extra = node_env(self.exec_socket, pod["metadata"]["namespace"])
+            specs = run.specs = {
+                c["name"]: process_spec(pod, c, pod_dir, volumes, extra)
                 for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
             }
         except (PodSpecError, ApiError, KeyError, OSError) as exc:
@@ -176,6 +202,7 @@ class ProcessKubelet:
                 containers=[self._terminated(specs[c["name"]], c, 137, started) for c in pod["spec"]["containers"]],
             )
             return
+        self._kill(run, signal.SIGKILL)
         phase = "Succeeded" if all(s["state"]["terminated"]["exitCode"] == 0 for s in statuses) else "Failed"
         await self._write_status(run, phase, started, containers=statuses)
 
@@ -203,8 +230,22 @@ class ProcessKubelet:
         run.processes[name] = process
         return await process.wait()
 
+    def _exec_target(self, ref: HostRef) -> ExecTarget:
+        """The context of a running Pod for the exec server."""
+        for run in self.runs.values():
+            meta, spec = run.pod["metadata"], run.pod["spec"]
+            if (meta["namespace"], meta["name"]) != (ref.namespace, ref.pod) or run.deleting:
+                continue
+            if ref.subdomain is not None and spec.get("subdomain") != ref.subdomain:
+                continue
+            if run.phase != "Running":
+                raise ExecRefused(f"Pod {pod_key(run.pod)} is {run.phase}, not Running", run.phase == "Pending")
+            first = run.specs[spec["containers"][0]["name"]]
+            return ExecTarget(dict(first.env), first.cwd, run.processes)
+        raise ExecRefused(f"no running Pod on a simulated Node answers to {ref}", True)
+
     def _kill(self, run: PodRun, sig: signal.Signals) -> None:
-        for process in run.processes.values():
+        for process in list(run.processes.values()):
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, sig)
@@ -302,7 +343,7 @@ class ProcessKubelet:
         grace = min(float(run.pod["metadata"].get("deletionGracePeriodSeconds") or 0), KILL_GRACE_SECONDS)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace):
-                for process in run.processes.values():
+                for process in list(run.processes.values()):
                     await process.wait()
         self._kill(run, signal.SIGKILL)
         if run.task:

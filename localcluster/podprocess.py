@@ -1,6 +1,8 @@
 """Turns one container of a Pod into a local process specification: argv, a clean
 environment (env, downward API, ConfigMap keys), and volumes materialised as
-directories (ConfigMap and projected volumes read-only, emptyDir writable).
+directories (ConfigMap, Secret and projected volumes read-only, emptyDir writable).
+Each Pod gets its own temporary directory (``TMPDIR``), standing in for the Pod's
+private ``/tmp``.
 
 Processes cannot see the Pod's mount paths, so every occurrence of a mount path (or of
 the termination-message path) in argv and env values, including inside ``sh -c``
@@ -16,6 +18,7 @@ import re
 import shutil
 import stat
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,27 +78,45 @@ def _field(pod: Obj, path: str) -> str:
     raise PodSpecError(f"unsupported downward API field {path!r}")
 
 
-def _write_files(target: Path, files: dict[str, bytes], read_only: bool) -> None:
+def _write_files(target: Path, files: dict[str, bytes], modes: dict[str, int] | None = None) -> None:
+    """Write a read-only volume: files get mode 0444, or the requested ``mode``/``defaultMode``
+    without write bits (0600 becomes 0400, 0555 stays 0555); directories get 0555."""
     target.mkdir(parents=True, exist_ok=True)
     for rel, payload in files.items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(payload)
-        if read_only:
-            path.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-    if read_only:
-        for directory in [target, *(p for p in target.rglob("*") if p.is_dir())]:
-            directory.chmod(0o555)
+        path.chmod((modes or {}).get(rel, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH) & ~0o222)
+    for directory in [target, *(p for p in target.rglob("*") if p.is_dir())]:
+        directory.chmod(0o555)
 
 
-async def _configmap_files(kube: KubeClient, namespace: str, source: Obj) -> dict[str, bytes]:
+def _select_keys(everything: dict[str, bytes], source: Obj) -> tuple[dict[str, bytes], dict[str, int]]:
+    """Apply a ConfigMap/Secret volume source's ``items`` and modes to its keys."""
+    default_mode = source.get("defaultMode")
+    items = source.get("items") or [{"key": key, "path": key} for key in everything]
+    files: dict[str, bytes] = {}
+    modes: dict[str, int] = {}
+    for item in items:
+        if item["key"] in everything:
+            files[item["path"]] = everything[item["key"]]
+            mode = item.get("mode", default_mode)
+            if mode is not None:
+                modes[item["path"]] = int(mode)
+    return files, modes
+
+
+async def _configmap_files(kube: KubeClient, namespace: str, source: Obj) -> tuple[dict[str, bytes], dict[str, int]]:
     cm = await kube.get(resource_path("v1", "configmaps", namespace, source["name"]))
     everything = {k: v.encode() for k, v in cm.get("data", {}).items()}
     everything.update({k: base64.b64decode(v) for k, v in cm.get("binaryData", {}).items()})
-    items = source.get("items")
-    if not items:
-        return everything
-    return {item["path"]: everything[item["key"]] for item in items if item["key"] in everything}
+    return _select_keys(everything, source)
+
+
+async def _secret_files(kube: KubeClient, namespace: str, source: Obj) -> tuple[dict[str, bytes], dict[str, int]]:
+    secret = await kube.get(resource_path("v1", "secrets", namespace, source["secretName"]))
+    everything = {k: base64.b64decode(v) for k, v in secret.get("data", {}).items()}
+    return _select_keys(everything, {k: v for k, v in source.items() if k != "secretName"})
 
 
 async def _projected_files(kube: KubeClient, pod: Obj, source: Obj) -> dict[str, bytes]:
@@ -103,7 +124,10 @@ async def _projected_files(kube: KubeClient, pod: Obj, source: Obj) -> dict[str,
     namespace = pod["metadata"]["namespace"]
     for part in source.get("sources", []):
         if "configMap" in part:
-            files.update(await _configmap_files(kube, namespace, part["configMap"]))
+            files.update((await _configmap_files(kube, namespace, part["configMap"]))[0])
+        elif "secret" in part:
+            secret_source = {**part["secret"], "secretName": part["secret"]["name"]}
+            files.update((await _secret_files(kube, namespace, secret_source))[0])
         elif "downwardAPI" in part:
             for item in part["downwardAPI"].get("items", []):
                 files[item["path"]] = _field(pod, item["fieldRef"]["fieldPath"]).encode()
@@ -136,23 +160,21 @@ async def materialise_volumes(kube: KubeClient, pod: Obj, pod_dir: Path) -> dict
     for volume in pod["spec"].get("volumes", []):
         target = pod_dir / "volumes" / volume["name"]
         if "configMap" in volume:
-            _write_files(
-                target,
-                await _configmap_files(kube, pod["metadata"]["namespace"], volume["configMap"]),
-                True,
-            )
+            _write_files(target, *await _configmap_files(kube, pod["metadata"]["namespace"], volume["configMap"]))
+        elif "secret" in volume:
+            _write_files(target, *await _secret_files(kube, pod["metadata"]["namespace"], volume["secret"]))
         elif "projected" in volume:
-            _write_files(target, await _projected_files(kube, pod, volume["projected"]), True)
+            _write_files(target, await _projected_files(kube, pod, volume["projected"]))
         elif "emptyDir" in volume:
             target.mkdir(parents=True, exist_ok=True)
         elif "downwardAPI" in volume:
             files = {
                 i["path"]: _field(pod, i["fieldRef"]["fieldPath"]).encode() for i in volume["downwardAPI"]["items"]
             }
-            _write_files(target, files, True)
+            _write_files(target, files)
         else:
             raise PodSpecError(
-                f"volume {volume['name']!r}: only configMap, projected, emptyDir and downwardAPI are simulated"
+                f"volume {volume['name']!r}: only configMap, secret, projected, emptyDir and downwardAPI are simulated"
             )
         volumes[volume["name"]] = target
     return volumes
@@ -169,8 +191,16 @@ def _translate(value: str, mounts: list[tuple[str, Path]]) -> str:
     return value
 
 
-def process_spec(pod: Obj, container: Obj, pod_dir: Path, volumes: dict[str, Path]) -> ProcessSpec:
-    """argv, environment and paths for one container (pure apart from creating directories)."""
+def process_spec(
+    pod: Obj,
+    container: Obj,
+    pod_dir: Path,
+    volumes: dict[str, Path],
+    node_env: Mapping[str, str] | None = None,
+) -> ProcessSpec:
+    """argv, environment and paths for one container (pure apart from creating directories).
+    ``node_env`` is what the simulated node adds to every container; the container's own
+    ``env`` overrides it."""
     name = container["name"]
     termination_path = container.get("terminationMessagePath", DEFAULT_TERMINATION_PATH)
     termination_file = pod_dir / f"{name}.termination-log"
@@ -192,12 +222,16 @@ def process_spec(pod: Obj, container: Obj, pod_dir: Path, volumes: dict[str, Pat
         )
     home = pod_dir / "home"
     home.mkdir(exist_ok=True)
+    tmp = pod_dir / "tmp"
+    tmp.mkdir(exist_ok=True)
     bin_dir = str(Path(sys.executable).parent)
     env = {
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
         "LANG": "C.UTF-8",
-        "HOSTNAME": pod["metadata"]["name"],
+        "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
+        "TMPDIR": str(tmp),
+        **(node_env or {}),
     }
     for item in container.get("env", []):
         if "value" in item:
