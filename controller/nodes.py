@@ -10,7 +10,7 @@ from typing import Any
 from shared import keys
 from shared.quantity import QuantityError, parse_quantity
 
-RESERVED_TAINT_KEY = f"{keys.GROUP}/reserved"
+RESERVED_TAINT_KEY = keys.RESERVED_TAINT_KEY
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 

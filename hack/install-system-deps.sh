@@ -5,6 +5,8 @@ set -euo pipefail
 packages=()
 command -v jq >/dev/null || packages+=(jq)
 command -v openssl >/dev/null || packages+=(openssl)
+# Real OpenMPI ranks for MPIJob checks on the local control plane.
+command -v mpirun >/dev/null || packages+=(openmpi-bin)
 if ((${#packages[@]})); then
   echo "installing Debian packages: ${packages[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then

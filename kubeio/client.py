@@ -151,12 +151,16 @@ class Kube:
             "PATCH", path, body=patch, content_type=MERGE_PATCH, query={"fieldManager": self.field_manager}
         )
 
-    async def delete(self, path: str, *, uid: str | None = None, propagation: str | None = None) -> Obj:
+    async def delete(
+        self, path: str, *, uid: str | None = None, propagation: str | None = None, grace_seconds: int | None = None
+    ) -> Obj:
         body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if uid:
             body["preconditions"] = {"uid": uid}
         if propagation:
             body["propagationPolicy"] = propagation
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
         return await self.request("DELETE", path, body=body)
 
     async def watch(self, path: str, *, resource_version: str, **query: str) -> AsyncIterator[Obj]:

@@ -1,0 +1,161 @@
+"""The adapter's API calls for one check: create (or adopt) the backend workloads, wait
+for them to finish, and quiesce them. Thin and typed; every decision is in
+``collect``/``workloads``/``shared.evidence``.
+
+Deletions are exact: only Pods carrying this check's labels, owned by this Run (Pod
+backend) or by this check's MPIJob (workers), running the runner container, are deleted,
+each with a uid precondition and zero grace. Creation is idempotent: a Pod or MPIJob that
+already exists is adopted only if it carries this check's labels and this Run's owner.
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import structlog
+
+from adapter import workloads
+from adapter.inputs import Inputs, Refusal
+from kubeio.client import Kube, resource_path
+from kubeio.errors import AlreadyExists, ApiError, Conflict, NotFound
+from shared import keys
+
+Obj = dict[str, Any]
+log = structlog.get_logger("signal-adapter")
+POLL_SECONDS: Final = 0.25
+
+
+def owned_by(obj: Obj, uid: str) -> bool:
+    return any(ref.get("uid") == uid for ref in obj.get("metadata", {}).get("ownerReferences") or [])
+
+
+def _ours(obj: Obj, inputs: Inputs) -> bool:
+    labels = obj.get("metadata", {}).get("labels") or {}
+    return labels.get(keys.RUN_UID_LABEL) == inputs.run_uid and labels.get(keys.CHECK_LABEL) == inputs.check.name
+
+
+def runs_runner(pod: Obj, image: str) -> bool:
+    """Container identity: the runner container with the runner image."""
+    return any(
+        c.get("name") == workloads.CONTAINER and c.get("image") == image
+        for c in pod.get("spec", {}).get("containers", [])
+    )
+
+
+async def create_or_adopt(kube: Kube, path: str, body: Obj, inputs: Inputs, owner_uid: str) -> Obj:
+    try:
+        return await kube.create(path, body)
+    except AlreadyExists:
+        existing = await kube.get(f"{path}/{body['metadata']['name']}")
+        if not (_ours(existing, inputs) and owned_by(existing, owner_uid)):
+            raise Refusal(
+                f"{body['kind']} {inputs.run_namespace}/{body['metadata']['name']} exists but does not belong to "
+                f"Run {inputs.run_name} check {inputs.check.name}; delete it or investigate"
+            ) from None
+        log.info("adopted existing workload", kind=body["kind"], name=body["metadata"]["name"])
+        return existing
+
+
+async def list_pods(kube: Kube, namespace: str, selector: str) -> tuple[list[Obj], str]:
+    listing = await kube.get(resource_path("v1", "pods", namespace), labelSelector=selector)
+    return list(listing.get("items", [])), str(listing["metadata"]["resourceVersion"])
+
+
+async def wait_pods(
+    kube: Kube, namespace: str, selector: str, done: Callable[[list[Obj]], bool], bound_seconds: float
+) -> list[Obj]:
+    """Watch the Pods matching ``selector`` until ``done(pods)`` or the bound passes;
+    returns the last state seen."""
+    deadline = time.monotonic() + bound_seconds
+    pods, version = await list_pods(kube, namespace, selector)
+    state = {p["metadata"]["uid"]: p for p in pods}
+    while not done(list(state.values())):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        try:
+            async with asyncio.timeout(remaining):
+                async for event in kube.watch(
+                    resource_path("v1", "pods", namespace),
+                    resource_version=version,
+                    labelSelector=selector,
+                    timeoutSeconds=str(max(1, int(remaining))),
+                ):
+                    obj = event["object"]
+                    if event["type"] == "ERROR":
+                        raise ApiError(int(obj.get("code", 500)), "", str(obj.get("message")), "WATCH", "pods")
+                    version = obj["metadata"]["resourceVersion"]
+                    if event["type"] == "DELETED":
+                        state.pop(obj["metadata"]["uid"], None)
+                    elif event["type"] in {"ADDED", "MODIFIED"}:
+                        state[obj["metadata"]["uid"]] = obj
+                    if event["type"] != "BOOKMARK" and done(list(state.values())):
+                        break
+        except TimeoutError:
+            break
+        except ApiError as exc:
+            log.warning("pod watch ended; re-listing", error=str(exc))
+            pods, version = await list_pods(kube, namespace, selector)
+            state = {p["metadata"]["uid"]: p for p in pods}
+    return list(state.values())
+
+
+async def delete_pod(kube: Kube, pod: Obj) -> bool:
+    """Delete one Pod with a uid precondition and zero grace; False if it was already gone."""
+    meta = pod["metadata"]
+    try:
+        await kube.delete(
+            resource_path("v1", "pods", meta["namespace"], meta["name"]), uid=meta["uid"], grace_seconds=0
+        )
+    except (NotFound, Conflict):
+        return False
+    return True
+
+
+@dataclass
+class TreeCheck:
+    """The objects of one check that must be gone before the step returns."""
+
+    namespace: str
+    selector: str
+    named: list[tuple[str, str, str]] = field(default_factory=list)
+    """(api version, plural, name) of objects the MPI operator derives from the MPIJob."""
+    uids: set[str] = field(default_factory=set)
+    """uids of every object this check created or caused; anything with one of these uids,
+    or owned by one, that is still present is retained."""
+
+    def member(self, obj: Obj) -> bool:
+        meta = obj.get("metadata", {})
+        owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+        return meta.get("uid") in self.uids or bool(owners & self.uids)
+
+
+async def remaining(kube: Kube, tree: TreeCheck) -> list[Obj]:
+    """Objects of the tree still present, Pods first."""
+    if not tree.uids:
+        return []
+    pods, _ = await list_pods(kube, tree.namespace, tree.selector)
+    left = [dict(p, kind="Pod") for p in pods if tree.member(p)]
+    for api, plural, name in tree.named:
+        obj = await kube.get_or_none(resource_path(api, plural, tree.namespace, name))
+        if obj is not None and tree.member(obj):
+            left.append(obj)
+    return left
+
+
+async def wait_gone(kube: Kube, tree: TreeCheck, bound_seconds: float) -> list[Obj]:
+    """Poll until nothing of ``tree`` remains or the bound passes; returns what remains."""
+    deadline = time.monotonic() + bound_seconds
+    while True:
+        left = await remaining(kube, tree)
+        if not left or time.monotonic() >= deadline:
+            return left
+        await asyncio.sleep(POLL_SECONDS)
+
+
+async def foreground_delete(kube: Kube, api: str, plural: str, namespace: str, name: str, uid: str) -> None:
+    with contextlib.suppress(NotFound, Conflict):
+        await kube.delete(resource_path(api, plural, namespace, name), uid=uid, propagation="Foreground")

@@ -1,0 +1,211 @@
+"""From observed backend objects to one result per participant. Pure; no I/O.
+
+Fail closed: a participant is Pass only when exactly one Pod (or MPI rank) of this check
+served it, on its own Node, and that Pod's runner reported Pass for exactly that identity
+(participant index, Node name, Pod name and uid) with exit code 0 and the Pod Succeeded.
+A missing, unfinished, malformed, oversized, duplicated or foreign result is Inconclusive;
+a well-formed Fail is Fail.
+"""
+
+from collections import Counter
+from typing import Any
+
+from adapter import workloads
+from shared import keys
+from shared.evidence import ParticipantResult, Workload
+from shared.result import ResultError, RunnerResult, parse_result
+from shared.run import Participant, Verdict
+
+Obj = dict[str, Any]
+
+
+def terminal(pod: Obj) -> bool:
+    return (pod.get("status") or {}).get("phase") in {"Succeeded", "Failed"}
+
+
+def _runner_status(pod: Obj) -> Obj | None:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == workloads.CONTAINER:
+            terminated = (status.get("state") or {}).get("terminated")
+            return terminated if isinstance(terminated, dict) else None
+    return None
+
+
+def pod_result(pod: Obj) -> tuple[RunnerResult | None, str]:
+    """The runner's result in a terminated Pod, or None and why not."""
+    phase = (pod.get("status") or {}).get("phase", "Unknown")
+    if phase not in {"Succeeded", "Failed"}:
+        return None, f"NotFinished: the Pod is {phase} (it never started, or outlived the wait)"
+    terminated = _runner_status(pod)
+    reason = (pod.get("status") or {}).get("reason")
+    if terminated is None:
+        detail = f" ({reason})" if reason else ""
+        return None, f"NoResult: the runner container never terminated normally{detail}"
+    message = terminated.get("message")
+    if not message:
+        detail = f"; Pod reason {reason}" if reason else ""
+        return None, f"NoResult: empty termination message (exit {terminated.get('exitCode')}{detail})"
+    try:
+        return parse_result(message), ""
+    except ResultError as exc:
+        return None, f"MalformedResult: {exc}"
+
+
+def _base(participant: Participant, verdict: Verdict, reason: str, pod: Obj | None = None) -> ParticipantResult:
+    meta = (pod or {}).get("metadata", {})
+    return ParticipantResult(
+        index=participant.index,
+        node_name=participant.node_name,
+        node_uid=participant.node_uid,
+        verdict=verdict,
+        reason=reason[:512],
+        workload=meta.get("name"),
+        workload_uid=meta.get("uid"),
+    )
+
+
+def _from_result(participant: Participant, pod: Obj, result: RunnerResult) -> ParticipantResult:
+    terminated = _runner_status(pod) or {}
+    verdict, reason = result.verdict, result.reason
+    consistent = (
+        result.exit_code == 0
+        and terminated.get("exitCode") == 0
+        and (pod.get("status") or {}).get("phase") == "Succeeded"
+    )
+    if verdict == Verdict.PASS and not consistent:
+        verdict, reason = (
+            Verdict.INCONCLUSIVE,
+            "InconsistentResult: Pass reported but the script or Pod did not succeed",
+        )
+    base = _base(participant, verdict, reason, pod)
+    return base.model_copy(
+        update={
+            "exit_code": result.exit_code,
+            "signal": result.signal,
+            "measurements": result.measurements,
+            "stdout": result.stdout,
+            "stderr": result.stderr,
+            "started_at": result.started_at,
+            "finished_at": result.finished_at,
+        }
+    )
+
+
+def foreign(result: RunnerResult, pod: Obj, participant: Participant) -> str | None:
+    """Why ``result`` does not belong to ``pod`` serving ``participant``, or None."""
+    meta, spec = pod["metadata"], pod.get("spec", {})
+    identity = result.identity
+    if identity.role != "pod" or identity.participant_index != participant.index:
+        return f"claims participant {identity.participant_index} ({identity.role}), not {participant.index}"
+    if identity.node_name != participant.node_name or spec.get("nodeName") != participant.node_name:
+        return f"claims Node {identity.node_name!r}; the participant is {participant.node_name!r}"
+    if identity.pod_uid != meta.get("uid") or identity.pod_name != meta.get("name"):
+        return f"claims Pod {identity.pod_name}/{identity.pod_uid}, not {meta.get('name')}/{meta.get('uid')}"
+    return None
+
+
+def collect_pods(participants: tuple[Participant, ...], pods: list[Obj]) -> list[ParticipantResult]:
+    """One result per participant from the check's Pods (Pod backend)."""
+    by_index: dict[int, list[Obj]] = {}
+    for pod in pods:
+        label = pod["metadata"].get("labels", {}).get(keys.PARTICIPANT_LABEL, "")
+        if label.isdigit():
+            by_index.setdefault(int(label), []).append(pod)
+    parsed = {pod["metadata"]["uid"]: pod_result(pod) for pod in pods}
+    claims = Counter((r.identity.participant_index, r.identity.pod_uid) for r, _ in parsed.values() if r is not None)
+    claimed_indexes = Counter(r.identity.participant_index for r, _ in parsed.values() if r is not None)
+    results = []
+    for participant in sorted(participants, key=lambda p: p.index):
+        candidates = by_index.get(participant.index, [])
+        if not candidates:
+            results.append(_base(participant, Verdict.INCONCLUSIVE, "NoWorkload: no Pod of this check served it"))
+            continue
+        if len(candidates) > 1:
+            results.append(_base(participant, Verdict.INCONCLUSIVE, "DuplicateWorkload: more than one Pod served it"))
+            continue
+        pod = candidates[0]
+        result, why = parsed[pod["metadata"]["uid"]]
+        if result is None:
+            results.append(_base(participant, Verdict.INCONCLUSIVE, why, pod))
+            continue
+        mismatch = foreign(result, pod, participant)
+        if mismatch:
+            results.append(_base(participant, Verdict.INCONCLUSIVE, f"ForeignResult: {mismatch}", pod))
+            continue
+        key = (result.identity.participant_index, result.identity.pod_uid)
+        if claims[key] > 1 or claimed_indexes[participant.index] > 1:
+            results.append(_base(participant, Verdict.INCONCLUSIVE, "DuplicateResult: identity claimed twice", pod))
+            continue
+        results.append(_from_result(participant, pod, result))
+    return results
+
+
+def pod_workloads(pods: list[Obj]) -> list[Workload]:
+    found = []
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        label = pod["metadata"].get("labels", {}).get(keys.PARTICIPANT_LABEL, "")
+        found.append(
+            Workload(
+                kind="Pod",
+                name=pod["metadata"]["name"],
+                uid=pod["metadata"]["uid"],
+                node_name=pod.get("spec", {}).get("nodeName"),
+                participant_index=int(label) if label.isdigit() else None,
+                role="participant",
+            )
+        )
+    return found
+
+
+def collect_mpi(
+    participants: tuple[Participant, ...], workers: list[Obj], launcher_pods: list[Obj]
+) -> tuple[list[ParticipantResult], RunnerResult | None, str]:
+    """One result per participant from an MPIJob's workers and its launcher's report.
+    Returns (results, the launcher's result or None, why there is none)."""
+    launcher: RunnerResult | None = None
+    why = "NoLauncher: no launcher Pod finished"
+    finished = [p for p in launcher_pods if terminal(p)]
+    if len(launcher_pods) > 1:
+        why = f"DuplicateLauncher: {len(launcher_pods)} launcher Pods"
+    elif finished:
+        pod = finished[0]
+        launcher, why = pod_result(pod)
+        if launcher is not None:
+            identity = launcher.identity
+            if identity.role != "launcher" or launcher.launcher is None:
+                launcher, why = None, "ForeignResult: the launcher's result is not a launcher report"
+            elif identity.pod_uid != pod["metadata"]["uid"] or identity.node_name != pod.get("spec", {}).get(
+                "nodeName"
+            ):
+                launcher, why = None, "ForeignResult: the launcher's result names another Pod or Node"
+    ranks = {r.host.split(".", 1)[0]: r for r in (launcher.launcher.ranks if launcher and launcher.launcher else [])}
+    by_node: dict[str, list[Obj]] = {}
+    for worker in workers:
+        by_node.setdefault(worker.get("spec", {}).get("nodeName") or "", []).append(worker)
+    results = []
+    for participant in sorted(participants, key=lambda p: p.index):
+        placed = by_node.get(participant.node_name, [])
+        if len(placed) != 1:
+            reason = "NoWorkload: no worker ran on its Node" if not placed else "DuplicateWorkload: several workers"
+            results.append(_base(participant, Verdict.INCONCLUSIVE, reason))
+            continue
+        worker = placed[0]
+        if launcher is None:
+            results.append(_base(participant, Verdict.INCONCLUSIVE, why, worker))
+            continue
+        rank = ranks.get(worker["metadata"]["name"])
+        if rank is None:
+            results.append(_base(participant, Verdict.INCONCLUSIVE, "MissingRank: no rank reported from it", worker))
+        elif rank.exit_code != 0:
+            results.append(
+                _base(participant, Verdict.FAIL, f"Failed: rank {rank.rank} exited {rank.exit_code}", worker)
+            )
+        elif launcher.verdict != Verdict.PASS:
+            results.append(_base(participant, Verdict.INCONCLUSIVE, f"Launcher: {launcher.reason}", worker))
+        else:
+            results.append(
+                _base(participant, Verdict.PASS, f"Succeeded: rank {rank.rank} exited 0", worker).model_copy(
+                    update={"exit_code": 0}
+                )
+            )
+    return results, launcher, why

@@ -1,0 +1,129 @@
+"""``signal-adapter``: the container of every step of the ``signal-adapter`` WorkflowTemplate.
+One invocation runs one check of one Run (see adapter/check.py) and writes the step's
+output parameters (``verdict``, ``evidence-config-map``, ``evidence-digest``, ``proceed``)
+as files under ``--output-dir``.
+
+Exit status: 0 when the check ran to a verdict (Pass, Fail or Inconclusive: the verdict is
+data, not a step failure); 2 when the adapter refused to act (missing, replaced, terminal
+or cancelled Run, parameters that disagree with the Run, workloads of another check still
+present); 1 on any other adapter error. A non-zero exit fails the step, so no later check
+starts; ``proceed`` keeps its default ``false``.
+"""
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from adapter.check import Settings, run_check
+from adapter.inputs import Refusal, parse_inputs
+from adapter.workflow_template import OUTPUT_DIR
+from adapter.workloads import DEFAULT_RUNNER_IMAGE, DEFAULT_SSHD
+from kubeio.client import Kube
+from kubeio.errors import ApiError
+
+log = structlog.get_logger("signal-adapter")
+
+
+def configure_logging(fmt: str) -> None:
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="signal-adapter", description=__doc__.split("\n\n")[0])
+    p.add_argument("--run-namespace", required=True)
+    p.add_argument("--run-name", required=True)
+    p.add_argument("--run-uid", required=True)
+    p.add_argument("--participants-json", required=True)
+    p.add_argument("--snapshot", required=True)
+    p.add_argument("--check-index", required=True)
+    p.add_argument("--check-json", required=True)
+    p.add_argument("--output-dir", type=Path, default=Path(OUTPUT_DIR))
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster configuration)")
+    p.add_argument("--runner-image", default=DEFAULT_RUNNER_IMAGE)
+    p.add_argument("--mpi-worker-sshd", default=DEFAULT_SSHD, help="sshd path in the runner image for MPI workers")
+    p.add_argument("--start-grace-seconds", type=float, default=60.0, help="wait beyond the check deadline")
+    p.add_argument("--quiesce-seconds", type=float, default=60.0, help="bound on proving the workloads gone")
+    p.add_argument("--log-format", choices=["json", "console"], default="json")
+    return p
+
+
+def write_outputs(directory: Path, values: dict[str, str]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, value in values.items():
+        (directory / name).write_text(value)
+
+
+async def adapt(args: argparse.Namespace) -> int:
+    inputs = parse_inputs(
+        run_namespace=args.run_namespace,
+        run_name=args.run_name,
+        run_uid=args.run_uid,
+        participants_json=args.participants_json,
+        snapshot=args.snapshot,
+        check_index=args.check_index,
+        check_json=args.check_json,
+    )
+    settings = Settings(
+        runner_image=args.runner_image,
+        sshd=args.mpi_worker_sshd,
+        start_grace_seconds=args.start_grace_seconds,
+        quiesce_seconds=args.quiesce_seconds,
+    )
+    kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-adapter")
+    try:
+        report = await run_check(kube, inputs, settings)
+    finally:
+        log.info("api requests", **kube.requests)
+        await kube.close()
+    write_outputs(
+        args.output_dir,
+        {
+            "verdict": report.verdict.value,
+            "evidence-config-map": report.config_map,
+            "evidence-digest": report.digest,
+            "proceed": "true" if report.proceed else "false",
+        },
+    )
+    log.info(
+        "check finished",
+        run=f"{inputs.run_namespace}/{inputs.run_name}",
+        check=inputs.check.name,
+        verdict=report.verdict.value,
+        evidence=report.config_map,
+        digest=report.digest,
+        proceed=report.proceed,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    configure_logging(args.log_format)
+    try:
+        return asyncio.run(adapt(args))
+    except Refusal as exc:
+        log.error("refusing to act", reason=str(exc))
+        return 2
+    except ApiError as exc:
+        log.error("API request failed; the step fails and no later check starts", error=str(exc))
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

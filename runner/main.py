@@ -1,0 +1,210 @@
+"""``signal-runner``: the entrypoint of backend Pods. It has no API access and needs none.
+
+Roles:
+* ``run``: run one operator script under a deadline and write a RunnerResult to the
+  termination-message file. Identity comes from the environment the adapter sets
+  (``SIGNAL_PARTICIPANT_INDEX``) and the downward API (``SIGNAL_NODE_NAME``,
+  ``SIGNAL_POD_NAME``, ``SIGNAL_POD_UID``). Exit status 0 only for Pass.
+* ``launcher``: MPI launcher; runs ``mpirun`` over the hostfile with the ``rank`` role and
+  writes a RunnerResult with a LauncherReport.
+* ``rank``: one MPI rank; runs the script and prints one ``SIGNAL-RANK`` line.
+* ``worker``: MPI worker; serves the launcher (sshd, or waits for deletion).
+
+The script sees a clean environment: PATH, HOME, LANG, ``SIGNAL_*`` identity variables,
+``SIGNAL_MEASUREMENTS_FILE`` (see shared/result.py for the protocol), GPU-runtime
+variables, and for ranks OpenMPI's own variables.
+"""
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner import mpi
+from runner.execute import ScriptError, clean_environment, run_script, script_argv
+from runner.report import build_result, error_result, fit
+from shared.result import RunnerIdentity, RunnerResult
+from shared.run import Verdict
+
+IDENTITY_ENV = ("SIGNAL_NODE_NAME", "SIGNAL_POD_NAME", "SIGNAL_POD_UID")
+SCRIPT_ENV_KEYS = ("SIGNAL_RUN_NAME", "SIGNAL_RUN_UID", "SIGNAL_CHECK", "SIGNAL_NAMESPACE", *IDENTITY_ENV)
+
+
+def _identity(role: str) -> RunnerIdentity:
+    missing = [k for k in IDENTITY_ENV if not os.environ.get(k)]
+    index = os.environ.get("SIGNAL_PARTICIPANT_INDEX")
+    if role == "pod" and not index:
+        missing.append("SIGNAL_PARTICIPANT_INDEX")
+    if missing:
+        raise SystemExit(f"signal-runner: identity variables missing: {', '.join(missing)}; the Pod spec is wrong")
+    return RunnerIdentity(
+        participant_index=int(index) if role == "pod" and index else None,
+        node_name=os.environ["SIGNAL_NODE_NAME"],
+        pod_name=os.environ["SIGNAL_POD_NAME"],
+        pod_uid=os.environ["SIGNAL_POD_UID"],
+        role="launcher" if role == "launcher" else "pod",
+    )
+
+
+def _write(result: RunnerResult, termination_log: Path) -> int:
+    payload = fit(result)
+    if payload is None:
+        print("signal-runner: the result does not fit the termination message; writing none", file=sys.stderr)
+        return 2
+    termination_log.write_bytes(payload)
+    print(f"signal-runner: verdict {result.verdict.value}: {result.reason}", file=sys.stderr)
+    return 0 if result.verdict == Verdict.PASS else 1
+
+
+def _script_env(workdir: Path, extra: dict[str, str], *, mpi_rank: bool = False) -> dict[str, str]:
+    home = workdir / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    signal_env = {k: os.environ[k] for k in SCRIPT_ENV_KEYS if k in os.environ}
+    signal_env.update(extra)
+    return clean_environment(os.environ, signal_env, home=home, mpi=mpi_rank)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    identity = _identity("pod")
+    workdir: Path = args.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    measurements = workdir / "measurements.json"
+    measurements.unlink(missing_ok=True)
+    env = _script_env(
+        workdir,
+        {
+            "SIGNAL_PARTICIPANT_INDEX": str(identity.participant_index),
+            "SIGNAL_MEASUREMENTS_FILE": str(measurements),
+            "SIGNAL_WORKDIR": str(workdir),
+        },
+    )
+    started = time.time()
+    try:
+        argv = script_argv(args.script)
+        outcome = run_script(argv, env, workdir, workdir / "stdout", workdir / "stderr", float(args.deadline_seconds))
+    except ScriptError as exc:
+        return _write(error_result(identity, str(exc), started, time.time()), args.termination_log)
+    result = build_result(
+        identity,
+        outcome,
+        measurements_file=measurements,
+        stdout_file=workdir / "stdout",
+        stderr_file=workdir / "stderr",
+    )
+    return _write(result, args.termination_log)
+
+
+def cmd_launcher(args: argparse.Namespace) -> int:
+    identity = _identity("launcher")
+    workdir: Path = args.workdir
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    try:
+        hosts = mpi.read_hostfile(args.hostfile.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        return _write(
+            error_result(identity, f"cannot read hostfile {args.hostfile}: {exc}", started, time.time()),
+            args.termination_log,
+        )
+    if not hosts:
+        return _write(
+            error_result(identity, f"hostfile {args.hostfile} names no host", started, time.time()),
+            args.termination_log,
+        )
+    rank_command = [
+        sys.executable,
+        "-m",
+        "runner.main",
+        "rank",
+        "--script",
+        str(args.script),
+        "--deadline-seconds",
+        str(args.deadline_seconds),
+    ]
+    env = _script_env(workdir, {"SIGNAL_WORKDIR": str(workdir)}, mpi_rank=True)
+    outcome = run_script(
+        mpi.mpirun_argv(args.hostfile, len(hosts), rank_command),
+        env,
+        workdir,
+        workdir / "stdout",
+        workdir / "stderr",
+        float(args.deadline_seconds),
+    )
+    with (workdir / "stdout").open("r", encoding="utf-8", errors="replace") as handle:
+        verdict, reason, report = mpi.evaluate_launcher(
+            hosts, (line.rstrip("\n") for line in handle), outcome.exit_code, outcome.timed_out
+        )
+    result = build_result(
+        identity,
+        outcome,
+        measurements_file=workdir / "measurements.json",
+        stdout_file=workdir / "stdout",
+        stderr_file=workdir / "stderr",
+        launcher=report,
+        verdict=(verdict, reason),
+    )
+    return _write(result, args.termination_log)
+
+
+def cmd_rank(args: argparse.Namespace) -> int:
+    rank, size, host = mpi.rank_identity(dict(os.environ))
+    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"signal-rank-{rank}-{os.getpid()}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = _script_env(
+        workdir,
+        {"SIGNAL_RANK": str(rank), "SIGNAL_WORLD_SIZE": str(size), "SIGNAL_WORKDIR": str(workdir)},
+        mpi_rank=True,
+    )
+    # The worker's own environment names the script where its Pod mounts it; an ssh
+    # session without that environment falls back to the launcher's path (the same mount).
+    script = Path(os.environ["SIGNAL_SCRIPT"]) if os.environ.get("SIGNAL_SCRIPT") else args.script
+    try:
+        outcome = run_script(script_argv(script), env, workdir, None, None, float(args.deadline_seconds))
+        code = outcome.exit_code if outcome.exit_code is not None else 128 + (outcome.signal or 0)
+    except ScriptError as exc:
+        print(f"signal-runner rank {rank}: {exc}", file=sys.stderr)
+        code = 127
+    sys.stdout.flush()
+    print(mpi.rank_line(rank, size, host, code), flush=True)
+    return code
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    mpi.sshd_or_wait(args.sshd)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="signal-runner", description=__doc__.split("\n\n")[0])
+    roles = top.add_subparsers(dest="role", required=True)
+    for name, handler in (("run", cmd_run), ("launcher", cmd_launcher)):
+        sub = roles.add_parser(name)
+        sub.add_argument("--script", type=Path, required=True, help="the operator script (read-only mount)")
+        sub.add_argument("--deadline-seconds", type=float, required=True)
+        sub.add_argument("--workdir", type=Path, default=Path("/signal/work"), help="writable scratch directory")
+        sub.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
+        if name == "launcher":
+            sub.add_argument("--hostfile", type=Path, default=Path("/etc/mpi/hostfile"))
+        sub.set_defaults(handler=handler)
+    rank = roles.add_parser("rank")
+    rank.add_argument("--script", type=Path, required=True)
+    rank.add_argument("--deadline-seconds", type=float, required=True)
+    rank.set_defaults(handler=cmd_rank)
+    worker = roles.add_parser("worker")
+    worker.add_argument("--sshd", default=None, help="sshd binary to exec, when the image has one")
+    worker.set_defaults(handler=cmd_worker)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "script", None) is not None:
+        args.script = args.script.absolute()
+    code: int = args.handler(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

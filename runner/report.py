@@ -1,0 +1,124 @@
+"""Turning what happened into one bounded RunnerResult. Pure apart from reading the
+measurements file and captured output.
+
+Verdict rules (fail closed): exit 0 is Pass, a non-zero exit is Fail; a deadline, a
+signal, a runner error, or an invalid measurements file is Inconclusive, never Pass.
+The result is shrunk (tails first, then measurements) until it fits the termination
+message's 4 KiB; if even the bare result does not fit, the runner writes nothing and the
+adapter sees no result (Inconclusive).
+"""
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runner.execute import Outcome, summarise
+from shared.result import (
+    MAX_RESULT_BYTES,
+    MAX_TAIL_CHARS,
+    LauncherReport,
+    Measurements,
+    ResultError,
+    RunnerIdentity,
+    RunnerResult,
+    render_result,
+    strict_json,
+    validate_measurements,
+)
+from shared.run import Verdict
+
+MEASUREMENTS_FILE_LIMIT = 16 * 1024
+
+
+def read_measurements(path: Path) -> Measurements:
+    """The script's measurements (empty when it wrote none); raise ResultError if invalid."""
+    if not path.exists():
+        return {}
+    try:
+        payload = path.read_bytes()[: MEASUREMENTS_FILE_LIMIT + 1]
+    except OSError as exc:
+        raise ResultError(f"cannot read the measurements file: {exc.strerror}") from exc
+    return validate_measurements(strict_json(payload, MEASUREMENTS_FILE_LIMIT))
+
+
+def verdict_of(outcome: Outcome) -> tuple[Verdict, str]:
+    if outcome.timed_out:
+        return Verdict.INCONCLUSIVE, "DeadlineExceeded: the script outlived its deadline"
+    if outcome.signal is not None:
+        return Verdict.INCONCLUSIVE, f"Signaled: the script was killed by signal {outcome.signal}"
+    if outcome.exit_code == 0:
+        return Verdict.PASS, "Succeeded: the script exited 0"
+    return Verdict.FAIL, f"Failed: the script exited {outcome.exit_code}"
+
+
+def _stamp(seconds: float) -> datetime:
+    return datetime.fromtimestamp(int(seconds), UTC)
+
+
+def build_result(
+    identity: RunnerIdentity,
+    outcome: Outcome,
+    *,
+    measurements_file: Path,
+    stdout_file: Path,
+    stderr_file: Path,
+    launcher: LauncherReport | None = None,
+    verdict: tuple[Verdict, str] | None = None,
+) -> RunnerResult:
+    chosen, reason = verdict or verdict_of(outcome)
+    try:
+        measurements = read_measurements(measurements_file)
+    except ResultError as exc:
+        measurements = {}
+        chosen, reason = Verdict.INCONCLUSIVE, f"InvalidMeasurements: {exc}"[:256]
+    return RunnerResult(
+        verdict=chosen,
+        reason=reason[:256],
+        identity=identity,
+        exit_code=outcome.exit_code,
+        signal=outcome.signal,
+        measurements=measurements,
+        stdout=summarise(stdout_file),
+        stderr=summarise(stderr_file),
+        started_at=_stamp(outcome.started),
+        finished_at=_stamp(outcome.finished),
+        launcher=launcher,
+    )
+
+
+def error_result(identity: RunnerIdentity, reason: str, started: float, finished: float) -> RunnerResult:
+    return RunnerResult(
+        verdict=Verdict.INCONCLUSIVE,
+        reason=f"RunnerError: {reason}"[:256],
+        identity=identity,
+        started_at=_stamp(started),
+        finished_at=_stamp(finished),
+    )
+
+
+def fit(result: RunnerResult) -> bytes | None:
+    """Canonical JSON of ``result`` within MAX_RESULT_BYTES, shrinking tails then dropping
+    measurements; None if it cannot fit."""
+    candidate = result
+    tail = MAX_TAIL_CHARS
+    while True:
+        payload = render_result(candidate)
+        if len(payload) <= MAX_RESULT_BYTES:
+            return payload
+        if tail > 0:
+            tail //= 4
+            update = {}
+            for stream in ("stdout", "stderr"):
+                output = getattr(result, stream)
+                if output is not None:
+                    update[stream] = output.model_copy(update={"tail": output.tail[-tail:] if tail else ""})
+            candidate = candidate.model_copy(update=update)
+        elif candidate.measurements:
+            candidate = candidate.model_copy(
+                update={
+                    "measurements": {},
+                    "verdict": Verdict.INCONCLUSIVE if candidate.verdict == Verdict.PASS else candidate.verdict,
+                    "reason": "ResultTooLarge: measurements dropped to fit the termination message",
+                }
+            )
+        else:
+            return None
