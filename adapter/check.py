@@ -228,7 +228,8 @@ async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: 
                 ("batch/v1", "jobs", f"{name}-launcher"),
                 ("v1", "services", name),
                 ("v1", "configmaps", f"{name}-config"),
-                ("v1", "secrets", f"{name}-ssh"),
+                # The ssh Secret is not readable by the adapter (no Secrets access); the
+                # foreground deletion of the MPIJob completes only once it is gone.
             ]
             pods, _ = await backend.list_pods(
                 kube, inputs.run_namespace, f"{selector},{workloads.MPI_ROLE_LABEL}=worker"
