@@ -9,9 +9,9 @@ are not simulated: every container runs once. Init containers run first, in orde
 
 It also stands in for the node's SSH: an exec server on a unix socket runs commands
 inside running Pods for the rsh agent (``localcluster.podexec``, ``localcluster.rsh``),
-and every container gets the environment that points OpenMPI at that agent. When a
-Pod's containers have all exited, whatever is left of its processes (including exec'd
-commands) is killed, as a container runtime would.
+and every container gets the environment that points OpenMPI at that agent. Exec'd
+commands belong to the Pod: they are killed when the Pod is deleted or when its
+containers have all exited, as a container runtime would.
 """
 
 import asyncio
@@ -168,6 +168,10 @@ class ProcessKubelet:
     def _pod_dir(self, pod: Obj) -> Path:
         meta = pod["metadata"]
         return self.workdir / f"{meta['namespace']}_{meta['name']}_{meta['uid']}"
+
+    def log_path(self, pod: Obj, container: str) -> Path:
+        """Where a container's stdout and stderr go (``kubectl logs``); gone with the Pod."""
+        return self._pod_dir(pod) / f"{container}.log"
 
     # -- running -------------------------------------------------------------------------
 

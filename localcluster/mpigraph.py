@@ -192,7 +192,6 @@ def launcher_env() -> list[Obj]:
         {"name": "OMPI_MCA_orte_keep_fqdn_hostnames", "value": "true"},
         {"name": "OMPI_MCA_orte_default_hostfile", "value": f"{CONFIG_MOUNT_PATH}/hostfile"},
         {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"},
-        {"name": "OMPI_MCA_rmaps_base_oversubscribe", "value": "true"},
     ]
 
 

@@ -7,7 +7,8 @@ kubelet offers an exec facility instead, and every container it runs gets the
 environment that stands in for the node's SSH and network (:func:`node_env`):
 
 * ``OMPI_MCA_plm_rsh_agent``: the rsh agent ``<python> -m localcluster.rsh`` (OpenMPI 4.1
-  splits the agent on spaces, so an agent with arguments works, also for its tree spawn);
+  splits the agent on spaces, so an agent with arguments works; it also passes the
+  setting, quoted, to the daemons it starts, for tree spawn);
 * ``SIGNAL_SIM_EXEC_SOCKET`` and ``SIGNAL_SIM_NAMESPACE``: where the agent connects, and
   the namespace a bare host name is resolved in;
 * ``OMPI_ALLOW_RUN_AS_ROOT`` and ``..._CONFIRM``: the simulation runs as root, as containers do;

@@ -10,6 +10,7 @@ stdin, stdout and stderr to that command, and exits with the command's exit stat
 honoured: a Pod that is not running yet is retried once a second, N times in all.
 """
 
+import contextlib
 import json
 import os
 import socket
@@ -103,11 +104,18 @@ def _exec_once(socket_path: str, namespace: str, invocation: Invocation, fds: li
             conn.connect(socket_path)
         except OSError as exc:
             return {"error": f"cannot reach the process kubelet at {socket_path}: {exc}", "retry": True}
-        sent = socket.send_fds(conn, [payload], fds)
-        conn.sendall(payload[sent:])
         reply = b""
-        while chunk := conn.recv(4096):
-            reply += chunk
+        try:
+            sent = socket.send_fds(conn, [payload], fds)
+            if sent < len(payload):
+                conn.sendall(payload[sent:])
+            while chunk := conn.recv(4096):
+                reply += chunk
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the kubelet answered (a refusal) and closed before we finished: read what came
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(4096):
+                reply += chunk
     try:
         answer: dict[str, object] = json.loads(reply.decode().strip().splitlines()[-1])
     except (ValueError, IndexError):
