@@ -36,7 +36,7 @@ from shared.evidence import (
     decode_document,
     to_document,
 )
-from shared.result import LauncherReport
+from shared.result import RunnerResult
 from shared.run import Verdict
 
 Obj = dict[str, Any]
@@ -118,7 +118,7 @@ async def _run_pods(kube: Kube, inputs: Inputs, settings: Settings) -> tuple[lis
 
 async def _run_mpijob(
     kube: Kube, inputs: Inputs, settings: Settings
-) -> tuple[list[ParticipantResult], list[Workload], LauncherReport | None]:
+) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None]:
     body = workloads.mpijob(inputs, settings.runner_image, sshd=settings.sshd)
     job = await backend.create_or_adopt(
         kube, resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), body, inputs, inputs.run_uid
@@ -164,7 +164,7 @@ async def _run_mpijob(
                 role="worker",
             )
         )
-    return results, found, launcher.launcher if launcher else None
+    return results, found, launcher
 
 
 async def _collect(kube: Kube, inputs: Inputs, settings: Settings, source_digest: str) -> tuple[CheckResults, str]:
@@ -179,7 +179,7 @@ async def _collect(kube: Kube, inputs: Inputs, settings: Settings, source_digest
             raise Refusal(f"results ConfigMap {inputs.run_namespace}/{name} is unusable: {exc}") from exc
     await _guard_other_checks(kube, inputs)
     started = _now()
-    launcher: LauncherReport | None = None
+    launcher: RunnerResult | None = None
     if inputs.check.backend == "Pod":
         participants, found = await _run_pods(kube, inputs, settings)
     else:

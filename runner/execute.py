@@ -63,10 +63,11 @@ def script_argv(script: Path) -> list[str]:
 def clean_environment(
     inherited: Mapping[str, str], extra: Mapping[str, str], *, home: Path, mpi: bool = False
 ) -> dict[str, str]:
-    """Only what a script should see: a fixed PATH, HOME, LANG, Signal's identity variables
-    (``extra``), GPU-runtime variables and, for MPI ranks, OpenMPI's own."""
+    """Only what a script should see: a fixed PATH, HOME, LANG, the container's TMPDIR,
+    Signal's identity variables (``extra``), GPU-runtime variables and, for MPI ranks,
+    OpenMPI's own."""
     prefixes = PASS_THROUGH_PREFIXES + (MPI_PREFIXES if mpi else ())
-    env = {k: v for k, v in inherited.items() if k.startswith(prefixes)}
+    env = {k: v for k, v in inherited.items() if k.startswith(prefixes) or k == "TMPDIR"}
     env.update({"PATH": SAFE_PATH, "HOME": str(home), "LANG": "C.UTF-8"})
     env.update(extra)
     return env

@@ -123,7 +123,9 @@ def cmd_launcher(args: argparse.Namespace) -> int:
         "--deadline-seconds",
         str(args.deadline_seconds),
     ]
-    env = _script_env(workdir, {"SIGNAL_WORKDIR": str(workdir)}, mpi_rank=True)
+    # mpirun is the runner's own tool, not the operator's script: it gets the container's
+    # environment (ssh or its stand-in may need it); each rank cleans it for the script.
+    env = {**os.environ, "SIGNAL_WORKDIR": str(workdir)}
     outcome = run_script(
         mpi.mpirun_argv(args.hostfile, len(hosts), rank_command),
         env,

@@ -29,7 +29,7 @@ from pydantic import Field
 from shared import keys
 from shared.digests import canonical_json, sha256_digest
 from shared.meta import Digest, StrictModel
-from shared.result import LauncherReport, Measurements, Output
+from shared.result import Measurements, Output, RunnerResult
 from shared.run import Verdict
 
 RESULTS_SCHEMA: Final = "projectsignal.dev/check-results/v1"
@@ -101,7 +101,8 @@ class CheckResults(StrictModel):
     collected_at: datetime
     workloads: list[Workload]
     participants: list[ParticipantResult]
-    launcher: LauncherReport | None = None
+    launcher: RunnerResult | None = None
+    """The MPI launcher's own result (report of every rank, output tails), when there is one."""
 
 
 class Cleanup(StrictModel):

@@ -61,7 +61,8 @@ async def test_three_participants_one_fails(world: AdapterWorld, admin: KubeClie
     evidence_cm = await world.config_map(outcome.outputs["evidence-config-map"])
     document, digest = decode_document(evidence_cm, CHECK_EVIDENCE_SCHEMA)
     assert digest == outcome.outputs["evidence-digest"]
-    assert document["verdict"] == "Fail" and document["cleanup"]["state"] == "Complete"
+    assert document["verdict"] == "Fail"
+    assert document["cleanup"]["state"] == "Complete"
     results = document["results"]
     pods = [w for w in results["workloads"] if w["kind"] == "Pod"]
     assert sorted((w["participantIndex"], w["nodeName"]) for w in pods) == list(enumerate(world.nodes))
@@ -69,15 +70,19 @@ async def test_three_participants_one_fails(world: AdapterWorld, admin: KubeClie
     verdicts = {p["index"]: p["verdict"] for p in results["participants"]}
     assert verdicts == {0: "Pass", 1: "Fail", 2: "Pass"}
     failed = results["participants"][1]
-    assert failed["exitCode"] == 3 and "ECC errors" in failed["stderr"]["tail"]
+    assert failed["exitCode"] == 3
+    assert "ECC errors" in failed["stderr"]["tail"]
     assert results["participants"][0]["measurements"] == {"gpus": 8, "node": world.nodes[0]}
     # The results document is the one persisted separately before teardown.
     results_cm = await world.config_map(document["resultsConfigMap"])
     stored, results_digest = decode_document(results_cm, RESULTS_SCHEMA)
-    assert stored == results and results_digest == document["resultsDigest"]
-    assert results_cm["immutable"] is True and evidence_cm["immutable"] is True
+    assert stored == results
+    assert results_digest == document["resultsDigest"]
+    assert results_cm["immutable"] is True
+    assert evidence_cm["immutable"] is True
     owner = results_cm["metadata"]["ownerReferences"][0]
-    assert owner["uid"] == world.run["metadata"]["uid"] and owner["kind"] == keys.RUN_KIND
+    assert owner["uid"] == world.run["metadata"]["uid"]
+    assert owner["kind"] == keys.RUN_KIND
     # Evidence first: the API server's own ordering (resourceVersions) puts the results
     # ConfigMap before the first Pod deletion.
     assert deletions, "no Pod deletion was observed"
@@ -110,12 +115,14 @@ async def test_pod_spec_is_constrained(world: AdapterWorld, admin: KubeClient) -
     } in spec["tolerations"]
     labels = pod["metadata"]["labels"]
     assert labels["kueue.x-k8s.io/queue-name"] == "gpu-queue"
-    assert labels[keys.RUN_NAME_LABEL] == world.run["metadata"]["name"] and labels[keys.PARTICIPANT_LABEL] == "0"
+    assert labels[keys.RUN_NAME_LABEL] == world.run["metadata"]["name"]
+    assert labels[keys.PARTICIPANT_LABEL] == "0"
     container = spec["containers"][0]
     assert container["resources"]["limits"] == {"cpu": "1", "memory": "1Gi", keys.GPU_RESOURCE: "2"}
     security = container["securityContext"]
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
-    assert security["allowPrivilegeEscalation"] is False and security["runAsNonRoot"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["runAsNonRoot"] is True
     # Control: without automountServiceAccountToken: false the same API server injects a token.
     probe = {"metadata": {"name": "probe"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
     created = await admin.create(resource_path("v1", "pods", world.namespace), probe)
@@ -134,7 +141,8 @@ async def test_every_bad_result_is_inconclusive(world: AdapterWorld) -> None:
     with fake_runner_image() as image:
         outcome = await world.adapter(0, "--runner-image", image)
     assert outcome.code == 0, outcome.log
-    assert outcome.verdict == "Inconclusive" and outcome.outputs["proceed"] == "false"
+    assert outcome.verdict == "Inconclusive"
+    assert outcome.outputs["proceed"] == "false"
     document, _ = decode_document(await world.config_map(outcome.outputs["evidence-config-map"]), CHECK_EVIDENCE_SCHEMA)
     got = [(p["verdict"], p["reason"].split(":")[0]) for p in document["results"]["participants"]]
     assert got == [
@@ -179,11 +187,13 @@ async def test_undeletable_pod_stops_the_suite(world: AdapterWorld, admin: KubeC
     )
     outcome = await task
     assert outcome.code == 0, outcome.log
-    assert outcome.verdict == "Inconclusive" and outcome.outputs["proceed"] == "false"
+    assert outcome.verdict == "Inconclusive"
+    assert outcome.outputs["proceed"] == "false"
     document, _ = decode_document(await world.config_map(outcome.outputs["evidence-config-map"]), CHECK_EVIDENCE_SCHEMA)
     assert document["cleanup"]["state"] == "Failed"
     assert [w["name"] for w in document["cleanup"]["retained"]] == [held]
-    assert document["results"]["verdict"] == "Pass" and document["reason"].startswith("CleanupFailed")
+    assert document["results"]["verdict"] == "Pass"
+    assert document["reason"].startswith("CleanupFailed")
     # Even if something started the next check, the adapter refuses while a workload remains.
     second = await world.adapter(1)
     assert second.code == 2, second.log
@@ -195,18 +205,21 @@ async def test_retry_reuses_evidence_and_refuses_foreign_runs(world: AdapterWorl
     await world.setup(1, {"ok.sh": "#!/bin/sh\nexit 0\n"}, [check("only", "ok.sh")])
     first = await world.adapter(0)
     again = await world.adapter(0)
-    assert first.verdict == again.verdict == "Pass" and first.outputs == again.outputs
+    assert first.verdict == again.verdict == "Pass"
+    assert first.outputs == again.outputs
     assert "already persisted" in again.log
     # A replaced Run (another uid), a cancelled Run and a terminal Run are refused.
     params = world.parameters(0)
     params[params.index("--run-uid") + 1] = "00000000-0000-0000-0000-000000000000"
     replaced = await world.adapter(0, args=params)
-    assert replaced.code == 2 and "was replaced" in replaced.log
+    assert replaced.code == 2
+    assert "was replaced" in replaced.log
     name = world.run["metadata"]["name"]
     path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, world.namespace, name)
     await admin.merge_patch(path, {"spec": {"cancel": True}})
     cancelled = await world.adapter(0)
-    assert cancelled.code == 2 and "cancelled" in cancelled.log
+    assert cancelled.code == 2
+    assert "cancelled" in cancelled.log
 
 
 async def test_adapter_identity_is_namespaced(cluster: LocalCluster, world: AdapterWorld) -> None:

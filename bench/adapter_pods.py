@@ -1,0 +1,57 @@
+"""Benchmark (issue 4): one Pod check with a trivial script over 64 participants on
+simulated Nodes, run by the real adapter process as its ServiceAccount.
+
+Prints: time from adapter start to the results (evidence) ConfigMap persisted; time from
+then to every workload proven gone (the check-evidence ConfigMap is written right after
+that proof); the adapter's API requests by verb; its peak resident memory. Asserts nothing.
+
+    .venv/bin/python bench/adapter_pods.py [--participants 64]
+"""
+
+import argparse
+import asyncio
+import resource
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from localcluster.cluster import LocalCluster
+from tests.adapter_support import AdapterWorld, check
+
+
+async def main(participants: int) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="signal-bench-"))
+    async with LocalCluster(heartbeat_seconds=300) as cluster:
+        namespace = "bench"
+        await cluster.create_namespace(namespace)
+        world = AdapterWorld(cluster, cluster.admin, namespace, workdir)
+        await world.setup(participants, {"noop.sh": "#!/bin/sh\nexit 0\n"}, [check("noop", "noop.sh")])
+        log = workdir / "requests.tsv"
+        started = time.time()
+        outcome = await world.adapter(0, SIGNAL_REQUEST_LOG=str(log))
+        finished = time.time()
+        if outcome.code != 0 or outcome.verdict != "Pass":
+            print(outcome.log)
+            raise SystemExit(f"adapter did not pass: exit {outcome.code}, verdict {outcome.verdict!r}")
+        rows = [line.split("\t") for line in log.read_text().splitlines()]
+        posts = [(float(t), path) for t, verb, path in rows if verb == "POST" and path.endswith("/configmaps")]
+        results_at, evidence_at = posts[0][0], posts[-1][0]
+        verbs = Counter(verb for _, verb, _ in rows)
+        print(f"participants: {participants}")
+        print(f"adapter start -> results persisted: {results_at - started:.2f}s")
+        print(f"results persisted -> every workload gone: {evidence_at - results_at:.2f}s")
+        print(f"adapter total (process start to exit): {finished - started:.2f}s")
+        print("API requests by verb: " + ", ".join(f"{v} {n}" for v, n in sorted(verbs.items())))
+        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(f"peak RSS of the largest child process (adapter or a runner): {children:.1f} MiB")
+        await world.cleanup()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--participants", type=int, default=64)
+    asyncio.run(main(parser.parse_args().participants))
