@@ -5,7 +5,9 @@ import asyncio
 import contextlib
 import time
 
+from controller import metrics
 from controller.ledger import LedgerError
+from controller.lifecycle import enforce_retention, recur
 from controller.profiles import reconcile_profile
 from controller.recovery import recover
 from controller.runs import reconcile_run
@@ -20,10 +22,17 @@ async def one_pass(ctx: Context, *, resync: bool) -> None:
         await reconcile_run(ctx, run)
     for profile in sorted(ctx.profiles.items.values(), key=lambda p: p["metadata"]["name"]):
         await reconcile_profile(ctx, profile, resync=resync)
+        if resync:
+            await recur(ctx, profile)
+    await enforce_retention(ctx)
+    uids = {r["metadata"]["uid"] for r in ctx.runs.items.values()}
+    reserved = sum(1 for n in ctx.nodes.items.values() if n.reservation and n.reservation.run_uid in uids)
+    metrics.refresh(list(ctx.runs.items.values()), reserved)
 
 
 async def _wait_for_change(ctx: Context, timeout: float) -> None:
-    waiters = [asyncio.create_task(i.changed.wait()) for i in (ctx.nodes, ctx.profiles, ctx.runs)]
+    informers = (ctx.nodes, ctx.profiles, ctx.runs, ctx.workflows)
+    waiters = [asyncio.create_task(i.changed.wait()) for i in informers]
     try:
         await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -41,7 +50,7 @@ async def run_loop(ctx: Context, stop: asyncio.Event, *, resync: float = 30.0, s
     last_resync = time.monotonic()
     failures = 0
     while not stop.is_set():
-        for informer in (ctx.nodes, ctx.profiles, ctx.runs):
+        for informer in (ctx.nodes, ctx.profiles, ctx.runs, ctx.workflows):
             informer.changed.clear()
         due = time.monotonic() - last_resync >= resync
         try:

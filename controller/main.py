@@ -11,6 +11,7 @@ import sys
 
 import structlog
 
+from controller import metrics
 from controller.leader import LeaderElector
 from controller.ledger import LedgerError
 from controller.loop import run_loop
@@ -41,6 +42,7 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     elector = LeaderElector(kube, args.namespace, args.identity)
+    metrics.serve(args.metrics_port)
     try:
         await elector.acquire()
         keeper = asyncio.create_task(elector.keep(lost))
@@ -77,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-selector", default="", help="serve only profiles matching this label selector")
     parser.add_argument("--resync", type=float, default=30.0, help="seconds between full passes and recovery")
     parser.add_argument("--log-format", choices=["json", "console"], default="json")
+    parser.add_argument("--metrics-port", type=int, default=8080, help="serve Prometheus /metrics here (0: off)")
     args = parser.parse_args(argv)
     configure_logging(args.log_format)
     return asyncio.run(serve(args))

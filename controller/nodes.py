@@ -4,7 +4,7 @@
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shared import keys
@@ -40,6 +40,8 @@ class NodeView:
     reservation: Reservation | None
     signal_taint_uid: str | None
     """The Run uid in Signal's reservation taint, when the Node carries it."""
+    completed: Mapping[str, str] = field(default_factory=dict)
+    """Profile -> completion time of the result projected for it (for recurrence)."""
 
     @property
     def signal_tainted(self) -> bool:
@@ -101,4 +103,20 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         allocatable_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("allocatable") or {}).items()},
         reservation=parse_reservation(labels, annotations),
         signal_taint_uid=next((str(t.get("value", "")) for t in taints if t.get("key") == RESERVED_TAINT_KEY), None),
+        completed=_completed(annotations),
     )
+
+
+def _completed(annotations: Mapping[str, str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, value in annotations.items():
+        if not key.startswith(keys.CERTIFIED_LABEL_PREFIX):
+            continue
+        try:
+            detail = json.loads(value)
+        except ValueError:
+            continue
+        when = detail.get("completionTime") if isinstance(detail, dict) else None
+        if isinstance(when, str):
+            found[sys.intern(key[len(keys.CERTIFIED_LABEL_PREFIX) :])] = when
+    return found

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from controller import metrics
 from controller.admission import AdmissionAborted, admit
 from controller.selection import Selection, Shortfall, select_participants
 from controller.sources import SourceCheck, verify_source
@@ -45,7 +46,8 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> None:
         result = select_participants(ctx.nodes.items.values(), profile, ledger.held_nodes(), ledger.all_group_nodes())
         if isinstance(result, Selection):
             try:
-                await admit(ctx, profile, ledger, result, source, check.digest)
+                with metrics.ADMISSION_SECONDS.time():
+                    await admit(ctx, profile, ledger, result, source, check.digest)
             except AdmissionAborted as exc:
                 log.warning("admission aborted", profile=name, reason=str(exc))
         else:

@@ -1,10 +1,18 @@
-"""Per-Run reconciliation: finish half-admitted Runs, cancel, and release.
+"""Per-Run reconciliation: finish half-admitted Runs, submit Workflows, accept finished
+Runs from their evidence, cancel, release, and clean up.
 
 Level-based: each call looks at the Run as it is now and moves it one step closer to where
-it should be. Terminal verdicts come from evidence (issue 5); here a Run reaches Canceled,
-and a terminal Run with ``spec.release: true`` gives its Nodes back."""
+it should be. A Running Run is accepted (controller/accept.py) once its Workflow has ended,
+disappeared, or outlived the suite deadline (then it is stopped first). ``Succeeded``
+releases its group automatically; every other terminal phase waits for
+``spec.release: true``."""
 
+from datetime import datetime, timedelta
+
+from controller import events
+from controller.accept import accept
 from controller.admission import AdmissionAborted, complete_admission, release_nodes, submit_workflow
+from controller.lifecycle import clean_children
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import NotFound
@@ -13,6 +21,15 @@ from shared.conditions import is_true, set_condition
 from shared.run import TERMINAL_PHASES, Phase
 
 WORKFLOWS = "argoproj.io/v1alpha1"
+FINISHED_WORKFLOW_PHASES = frozenset({"Succeeded", "Failed", "Error"})
+
+
+def deadline_passed(run: Obj, now: datetime) -> bool:
+    started = (run.get("status") or {}).get("startTime")
+    if not started:
+        return False
+    began = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+    return now >= began + timedelta(seconds=int(run["spec"]["suiteDeadlineSeconds"]))
 
 
 async def reconcile_run(ctx: Context, run: Obj) -> None:
@@ -20,8 +37,10 @@ async def reconcile_run(ctx: Context, run: Obj) -> None:
     phase = status.get("phase") or Phase.PENDING
     spec = run["spec"]
     if phase in TERMINAL_PHASES:
-        if spec.get("release") and not is_true(status.get("conditions") or [], "Released"):
+        wants_release = spec.get("release") or phase == Phase.SUCCEEDED
+        if wants_release and not is_true(status.get("conditions") or [], "Released"):
             await release(ctx, run)
+        await clean_children(ctx, run)
         return
     if spec.get("cancel"):
         await cancel(ctx, run)
@@ -33,6 +52,35 @@ async def reconcile_run(ctx: Context, run: Obj) -> None:
             log.warning("half-admitted run rolled back", run=run["metadata"]["name"], reason=str(exc))
     elif phase == Phase.RUNNING and not (status.get("workflow") or {}).get("uid"):
         await submit_workflow(ctx, run)
+    elif phase == Phase.RUNNING:
+        await _watch_running(ctx, run)
+
+
+async def _watch_running(ctx: Context, run: Obj) -> None:
+    ref = run["status"]["workflow"]
+    cached = ctx.workflows.items.get(f"{ctx.namespace}/{ref['name']}")
+    if cached is not None and cached["metadata"]["uid"] != ref["uid"]:
+        cached = None
+    late = deadline_passed(run, ctx.clock())
+    if cached is not None and (cached.get("status") or {}).get("phase") in FINISHED_WORKFLOW_PHASES:
+        await accept(ctx, run, cached, deadline_passed=False)
+    elif cached is None:
+        # Confirm with an uncached read before concluding the Workflow is gone.
+        path = resource_path(WORKFLOWS, "workflows", ctx.namespace, ref["name"])
+        live = await ctx.kube.get_or_none(path)
+        if live is None or live["metadata"]["uid"] != ref["uid"]:
+            log.warning(
+                "workflow of a running run is gone; accepting what evidence exists", run=run["metadata"]["name"]
+            )
+            await accept(ctx, run, None, deadline_passed=late)
+    elif late:
+        if (cached.get("spec") or {}).get("shutdown") != "Terminate":
+            await ctx.kube.merge_patch(
+                resource_path(WORKFLOWS, "workflows", ctx.namespace, ref["name"]),
+                {"metadata": {"uid": ref["uid"]}, "spec": {"shutdown": "Terminate"}},
+            )
+        log.warning("suite deadline passed; stopping the workflow", run=run["metadata"]["name"])
+        await accept(ctx, run, cached, deadline_passed=True)
 
 
 async def _backend_workloads(ctx: Context, run: Obj) -> list[str]:
@@ -90,6 +138,7 @@ async def cancel(ctx: Context, run: Obj) -> None:
         },
     )
     log.info("run canceled", run=name)
+    await events.emit(ctx, events.run_ref(run), "RunCanceled", "canceled by spec.cancel", warning=True)
 
 
 async def release(ctx: Context, run: Obj) -> None:
@@ -113,3 +162,4 @@ async def release(ctx: Context, run: Obj) -> None:
     except NotFound:
         return
     log.info("run released", run=name)
+    await events.emit(ctx, events.run_ref(run), "RunReleased", "the group was released")

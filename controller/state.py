@@ -25,6 +25,22 @@ class NotLeader(RuntimeError):
     """The ledger's fence belongs to another controller: this one must not write."""
 
 
+def workflow_view(workflow: Obj) -> Obj:
+    """What the controller keeps of a Workflow: metadata, phase, and its check steps'
+    index and output parameters (for the digests the adapter reported)."""
+    status = workflow.get("status") or {}
+    checks = {
+        key: {k: node.get(k) for k in ("templateName", "phase", "inputs", "outputs")}
+        for key, node in (status.get("nodes") or {}).items()
+        if node.get("templateName") == "check"
+    }
+    return {
+        "metadata": workflow["metadata"],
+        "spec": {"shutdown": (workflow.get("spec") or {}).get("shutdown")},
+        "status": {"phase": status.get("phase"), "finishedAt": status.get("finishedAt"), "nodes": checks},
+    }
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -52,7 +68,7 @@ class Context:
         self.workflows = Informer(
             self.kube,
             resource_path("argoproj.io/v1alpha1", "workflows", self.namespace),
-            lambda o: {"metadata": o["metadata"]},
+            workflow_view,
             labelSelector=keys.RUN_UID_LABEL,
         )
 

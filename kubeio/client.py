@@ -15,6 +15,7 @@ from kubeio.errors import ApiError, NotFound, error_for
 
 Obj = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 # Benchmarks set SIGNAL_REQUEST_LOG=<file> to record every request (time, verb, path).
 _REQUEST_LOG = os.environ.get("SIGNAL_REQUEST_LOG", "")
@@ -149,6 +150,12 @@ class Kube:
     async def merge_patch(self, path: str, patch: Obj) -> Obj:
         return await self.request(
             "PATCH", path, body=patch, content_type=MERGE_PATCH, query={"fieldManager": self.field_manager}
+        )
+
+    async def strategic_patch(self, path: str, patch: Obj) -> Obj:
+        """Strategic merge patch (built-in types only): lists such as Node conditions merge by key."""
+        return await self.request(
+            "PATCH", path, body=patch, content_type=STRATEGIC_PATCH, query={"fieldManager": self.field_manager}
         )
 
     async def delete(

@@ -56,6 +56,7 @@ class ControllerProcess:
     env: dict[str, str] = field(default_factory=dict)
     resync: float = 2.0
     identity: str = ""
+    metrics_port: int = 0
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -80,6 +81,8 @@ class ControllerProcess:
                 f"test={self.namespace}",
                 "--resync",
                 str(self.resync),
+                "--metrics-port",
+                str(self.metrics_port),
                 "--log-format",
                 "console",
             ],

@@ -1,0 +1,51 @@
+"""Kubernetes Events on Runs and Nodes (``kubectl describe`` shows them). Best effort: a
+failed Event is logged, never fatal. Node Events live in the controller's namespace with
+the Node as involved object, so the controller needs no cluster-wide Event access."""
+
+import uuid
+from typing import Any
+
+from controller.state import Context, log
+from kubeio.client import Obj, resource_path
+from kubeio.errors import ApiError
+from shared import keys
+
+COMPONENT = "signal-controller"
+
+
+def node_ref(name: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Node", "name": name}
+
+
+def run_ref(run: Obj) -> Obj:
+    meta = run["metadata"]
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.RUN_KIND,
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "uid": meta["uid"],
+    }
+
+
+async def emit(ctx: Context, involved: Obj, reason: str, message: str, *, warning: bool = False) -> None:
+    now = ctx.clock().strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:12]}", "namespace": ctx.namespace},
+        "involvedObject": involved,
+        "reason": reason[:128],
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": ctx.identity,
+        "firstTimestamp": now[:19] + "Z",
+        "lastTimestamp": now[:19] + "Z",
+        "count": 1,
+    }
+    try:
+        await ctx.kube.create(resource_path("v1", "events", ctx.namespace), body)
+    except ApiError as exc:
+        log.warning("could not record an event", reason=reason, object=involved.get("name"), error=str(exc)[:200])

@@ -1,0 +1,117 @@
+"""What happens around finished Runs: cleanup of their Workflows and snapshots, retention of
+a bounded number of terminal Runs per profile, and recurrence (re-requesting Nodes whose
+last result from a profile is older than its interval). I/O over the caches; the rules are
+the pure functions ``due_for_recertification`` and ``expired_runs``."""
+
+import contextlib
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from controller.nodes import NodeView
+from controller.state import Context, log
+from kubeio.client import Obj, resource_path
+from kubeio.errors import Conflict, NotFound
+from shared import keys
+from shared.conditions import is_true, set_condition
+from shared.durations import DurationError, parse_duration
+from shared.run import TERMINAL_PHASES
+
+WORKFLOWS = "argoproj.io/v1alpha1"
+DEFAULT_KEEP = 10
+
+
+def _parse_time(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def due_for_recertification(nodes: Iterable[NodeView], profile: str, interval: timedelta, now: datetime) -> list[str]:
+    """Nodes last certified by ``profile`` more than ``interval`` ago that are free to be
+    requested again (not reserved, not cordoned by anyone, not already requested)."""
+    due = []
+    for node in nodes:
+        when = node.completed.get(profile)
+        finished = _parse_time(when) if when else None
+        if finished is None or now - finished < interval:
+            continue
+        if node.reservation or node.signal_tainted or node.unschedulable or keys.CERTIFY_LABEL in node.labels:
+            continue
+        due.append(node.name)
+    return sorted(due)
+
+
+def expired_runs(runs: Iterable[Obj], keep: dict[str, int]) -> list[Obj]:
+    """Terminal, released Runs beyond each profile's retention (newest kept). Runs still
+    holding their group are never expired: deleting them would release the Nodes."""
+    by_profile: dict[str, list[Obj]] = {}
+    for run in runs:
+        status = run.get("status") or {}
+        if status.get("phase") not in TERMINAL_PHASES or not is_true(status.get("conditions") or [], "Released"):
+            continue
+        by_profile.setdefault(run["spec"]["profile"]["name"], []).append(run)
+    expired = []
+    for profile, finished in by_profile.items():
+        finished.sort(
+            key=lambda r: (r.get("status", {}).get("completionTime") or "", r["metadata"]["name"]), reverse=True
+        )
+        expired += finished[keep.get(profile, DEFAULT_KEEP) :]
+    return expired
+
+
+async def recur(ctx: Context, profile: Obj) -> None:
+    interval_text = ((profile.get("spec") or {}).get("recurrence") or {}).get("interval")
+    if not interval_text:
+        return
+    try:
+        interval = parse_duration(interval_text)
+    except DurationError:
+        return
+    name = profile["metadata"]["name"]
+    for node_name in due_for_recertification(ctx.nodes.items.values(), name, interval, ctx.clock()):
+        view = ctx.node_map()[node_name]
+        patch = {"metadata": {"resourceVersion": view.resource_version, "labels": {keys.CERTIFY_LABEL: name}}}
+        with contextlib.suppress(Conflict, NotFound):
+            await ctx.kube.merge_patch(resource_path("v1", "nodes", name=node_name), patch)
+            log.info("node re-requested for recurring certification", node=node_name, profile=name)
+
+
+async def enforce_retention(ctx: Context) -> None:
+    keep = {
+        p["metadata"]["name"]: int(((p.get("spec") or {}).get("retention") or {}).get("keepTerminalRuns", DEFAULT_KEEP))
+        for p in ctx.profiles.items.values()
+    }
+    for run in expired_runs(ctx.runs.items.values(), keep):
+        with contextlib.suppress(NotFound, Conflict):
+            await ctx.kube.delete(
+                ctx.run_path(run["metadata"]["name"]), uid=run["metadata"]["uid"], propagation="Background"
+            )
+            log.info("terminal run deleted by retention", run=run["metadata"]["name"])
+
+
+async def clean_children(ctx: Context, run: Obj) -> None:
+    """Delete a terminal Run's Workflow and snapshot ConfigMap (its evidence stays)."""
+    status = run.get("status") or {}
+    if is_true(status.get("conditions") or [], "ResourcesCleaned"):
+        return
+    meta = run["metadata"]
+    workflow = status.get("workflow") or {}
+    if workflow.get("uid"):
+        with contextlib.suppress(NotFound, Conflict):
+            path = resource_path(WORKFLOWS, "workflows", ctx.namespace, workflow["name"])
+            await ctx.kube.delete(path, uid=workflow["uid"], propagation="Background")
+    snapshot = run["spec"]["source"]["snapshotConfigMap"]
+    with contextlib.suppress(NotFound):
+        await ctx.kube.delete(resource_path("v1", "configmaps", ctx.namespace, snapshot))
+    conditions = set_condition(
+        status.get("conditions") or [],
+        type_="ResourcesCleaned",
+        status=True,
+        reason="WorkflowAndSnapshotDeleted",
+        message="the Workflow and the script snapshot were deleted; the evidence stays",
+        generation=meta.get("generation"),
+        now=ctx.clock(),
+    )
+    with contextlib.suppress(NotFound):
+        await ctx.patch_run_status(run, {"conditions": conditions})
