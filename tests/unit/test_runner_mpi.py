@@ -1,0 +1,304 @@
+"""The MPI launcher's proof (runner/mpi.py): the hostfile, mpirun's command line, the rank
+report line, and the launcher verdict: Pass only when mpirun exited 0 and every rank of a
+world of exactly one rank per hostfile host reported exit 0; a rank's non-zero exit is
+Fail; anything else is Inconclusive."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runner import main as runner_main
+from runner.mpi import (
+    MAX_RANK_LINE,
+    RANK_PREFIX,
+    evaluate_launcher,
+    mpirun_argv,
+    rank_identity,
+    rank_line,
+    read_hostfile,
+)
+from shared.result import LauncherReport, parse_result
+from shared.run import Verdict
+
+HOSTS = ["job-worker-0.job.ns.svc", "job-worker-1.job.ns.svc", "job-worker-2.job.ns.svc"]
+
+
+def line(rank: int, size: int = 3, host: str | None = None, code: int = 0) -> str:
+    return rank_line(rank, size, host if host is not None else f"job-worker-{rank}", code)
+
+
+def good(size: int = 3) -> list[str]:
+    return [line(r, size) for r in range(size)]
+
+
+def raw(body: object) -> str:
+    return RANK_PREFIX + json.dumps(body)
+
+
+# ---------------------------------------------------------------- hostfile and argv
+
+
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("", []),
+        ("\n\n", []),
+        ("# only a comment\n", []),
+        ("a slots=1\nb slots=1\n", ["a", "b"]),
+        ("a\nb", ["a", "b"]),
+        ("  a   slots=4 max_slots=4  \n", ["a"]),
+        ("a # trailing comment\n#b slots=1\n  # indented comment\nc\n", ["a", "c"]),
+        ("a\tslots=1\r\nb slots=2\r\n", ["a", "b"]),
+        ("w-0.job.ns.svc slots=1\nw-1.job.ns.svc slots=1\n", ["w-0.job.ns.svc", "w-1.job.ns.svc"]),
+        ("a\na\n", ["a", "a"]),
+    ],
+    ids=["empty", "blank", "comment", "slots", "no-newline", "spaces", "comments", "tabs-crlf", "fqdn", "repeat"],
+)
+def test_read_hostfile(text: str, hosts: list[str]) -> None:
+    assert read_hostfile(text) == hosts
+
+
+def test_mpirun_argv_one_rank_per_host() -> None:
+    argv = mpirun_argv(Path("/etc/mpi/hostfile"), 3, ["python", "-m", "runner.main", "rank"])
+    assert argv == [
+        "mpirun",
+        "--hostfile",
+        "/etc/mpi/hostfile",
+        "-np",
+        "3",
+        "--map-by",
+        "node",
+        "--bind-to",
+        "none",
+        "python",
+        "-m",
+        "runner.main",
+        "rank",
+    ]
+
+
+def test_rank_line_is_prefixed_sorted_json() -> None:
+    text = rank_line(2, 4, "h-2", 7)
+    assert text == 'SIGNAL-RANK {"exitCode": 7, "host": "h-2", "rank": 2, "size": 4}'
+    assert json.loads(text[len(RANK_PREFIX) :]) == {"exitCode": 7, "host": "h-2", "rank": 2, "size": 4}
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "HOSTNAME": "w-1"}, (1, 2, "w-1")),
+        ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1", "HOSTNAME": "x"}, (0, 1, "x")),
+    ],
+)
+def test_rank_identity(env: dict[str, str], expected: tuple[int, int, str]) -> None:
+    assert rank_identity(env) == expected
+
+
+def test_rank_identity_requires_openmpi_variables() -> None:
+    with pytest.raises(KeyError):
+        rank_identity({"HOSTNAME": "x"})
+
+
+# ---------------------------------------------------------------- evaluate_launcher
+
+
+def test_all_ranks_pass() -> None:
+    verdict, reason, report = evaluate_launcher(HOSTS, good(), 0, False)
+    assert verdict == Verdict.PASS
+    assert reason == "Succeeded: every rank exited 0"
+    assert isinstance(report, LauncherReport)
+    assert report.world_size == 3
+    assert report.hosts == HOSTS
+    assert [(r.rank, r.host, r.exit_code) for r in report.ranks] == [
+        (0, "job-worker-0", 0),
+        (1, "job-worker-1", 0),
+        (2, "job-worker-2", 0),
+    ]
+    assert report.mpirun_exit_code == 0
+
+
+def test_ranks_in_any_order_among_other_output() -> None:
+    lines = ["starting", line(2), "noise SIGNAL-RANK {}", line(0), "", line(1), "done"]
+    verdict, _, report = evaluate_launcher(HOSTS, lines, 0, False)
+    assert verdict == Verdict.PASS
+    assert [r.rank for r in report.ranks] == [0, 1, 2]
+
+
+def test_single_host_world() -> None:
+    verdict, _, _ = evaluate_launcher(["only"], [rank_line(0, 1, "only", 0)], 0, False)
+    assert verdict == Verdict.PASS
+
+
+@pytest.mark.parametrize(
+    ("lines", "mpirun_exit", "timed_out", "failed"),
+    [
+        ([line(0), line(1, code=1), line(2)], 1, False, "1"),
+        ([line(0, code=2), line(1, code=139), line(2)], 1, False, "0, 1"),
+        ([line(0), line(1, code=1), line(2)], 0, False, "1"),
+        ([line(0), line(1, code=1)], 1, False, "1"),  # even with a rank missing
+        ([line(0), line(1, code=-1), line(2)], 1, True, "1"),  # even after the deadline
+        ([line(0), line(1, code=1), line(2), "SIGNAL-RANK garbage"], 1, False, "1"),
+    ],
+    ids=["one", "two", "mpirun-0", "missing", "timeout", "malformed-too"],
+)
+def test_a_failing_rank_is_fail(lines: list[str], mpirun_exit: int, timed_out: bool, failed: str) -> None:
+    verdict, reason, _ = evaluate_launcher(HOSTS, lines, mpirun_exit, timed_out)
+    assert verdict == Verdict.FAIL
+    assert reason == f"Failed: rank(s) {failed} exited non-zero"
+
+
+LONG = RANK_PREFIX + json.dumps({"rank": 2, "size": 3, "host": "job-worker-2", "exitCode": 0, "pad": "x" * 1100})
+
+
+@pytest.mark.parametrize(
+    ("hosts", "lines", "mpirun_exit", "timed_out", "reason"),
+    [
+        (HOSTS, good(), 0, True, "DeadlineExceeded"),
+        (HOSTS, good(), None, True, "DeadlineExceeded"),
+        (HOSTS, [line(0), line(1)], 0, False, "MissingRanks: 2 of 3 ranks reported"),
+        (HOSTS, [], 0, False, "MissingRanks: 0 of 3"),
+        (HOSTS, [line(0), line(1), line(1)], 0, False, "InvalidRankReport: rank 1 reported twice"),
+        (HOSTS, [*good(), line(2)], 0, False, "InvalidRankReport: rank 2 reported twice"),
+        (HOSTS, [line(0), line(1), RANK_PREFIX + "{not json"], 0, False, "malformed"),
+        (HOSTS, [*good(), RANK_PREFIX + "[]"], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), raw({"rank": 2, "size": 3, "host": "job-worker-2"})], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), raw({"rank": "2", "size": 3, "host": "h", "exitCode": 0})], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), raw({"rank": 2, "size": "3", "host": "h", "exitCode": 0})], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), raw({"rank": 2, "size": 3, "host": 7, "exitCode": 0})], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), raw({"rank": 2, "size": 3, "host": "h", "exitCode": "0"})], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), raw({"rank": 2, "size": 3, "host": "h", "exitCode": 0.0})], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), raw({"rank": -1, "size": 3, "host": "h", "exitCode": 0})], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), raw({"rank": 64, "size": 3, "host": "h", "exitCode": 0})], 0, False, "malformed"),
+        (HOSTS, [*good(), RANK_PREFIX + "null"], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), LONG], 0, False, "InvalidRankReport: an oversized rank report"),
+        (HOSTS, [line(0, 3), line(1, 3), line(2, 4)], 0, False, "InvalidRankReport: ranks disagree on the world size"),
+        (HOSTS, [line(0, 2), line(1, 2), line(2, 2)], 0, False, "MissingRanks: 3 of 3 ranks reported (world size 2)"),
+        (HOSTS, [line(0, 4), line(1, 4), line(2, 4)], 0, False, "MissingRanks"),
+        (HOSTS, [line(0), line(1), line(3)], 0, False, "MissingRanks"),
+        (HOSTS[:2], good(), 0, False, "MissingRanks"),
+        (HOSTS, [line(0), line(1), line(2, host="job-worker-1")], 0, False, "WrongHosts"),
+        (HOSTS, [line(0), line(1), line(2, host="elsewhere")], 0, False, "WrongHosts"),
+        (HOSTS, [line(0, host="job-worker-0.other.ns.svc"), line(1), line(2, host="x")], 0, False, "WrongHosts"),
+        (HOSTS, good(), 1, False, "LauncherFailed: mpirun exited 1"),
+        (HOSTS, good(), None, False, "LauncherFailed: mpirun exited None"),
+        (HOSTS, good(), 137, False, "LauncherFailed: mpirun exited 137"),
+    ],
+    ids=[
+        "timeout",
+        "timeout-signaled",
+        "missing-rank",
+        "no-ranks",
+        "duplicate-rank",
+        "duplicate-after-all",
+        "bad-json",
+        "array",
+        "missing-field",
+        "rank-string",
+        "size-string",
+        "host-number",
+        "exit-string",
+        "exit-float",
+        "rank-negative",
+        "rank-too-big",
+        "null-body",
+        "oversized-line",
+        "sizes-disagree",
+        "world-too-small",
+        "world-too-large",
+        "gap-in-ranks",
+        "fewer-hosts",
+        "two-ranks-one-host",
+        "unknown-host",
+        "other-domain-host",
+        "mpirun-failed",
+        "mpirun-no-exit",
+        "mpirun-killed",
+    ],
+)
+def test_inconclusive(
+    hosts: list[str], lines: list[str], mpirun_exit: int | None, timed_out: bool, reason: str
+) -> None:
+    verdict, why, report = evaluate_launcher(hosts, lines, mpirun_exit, timed_out)
+    assert verdict == Verdict.INCONCLUSIVE
+    assert reason in why
+    assert report.mpirun_exit_code == mpirun_exit
+
+
+def test_line_at_exactly_the_limit_is_read() -> None:
+    body = {"rank": 0, "size": 1, "host": "h", "exitCode": 0}
+    text = raw(body)
+    padded = text[:-1] + ', "pad": "' + "x" * (MAX_RANK_LINE - len(text) - 11) + '"}'
+    assert len(padded) == MAX_RANK_LINE
+    assert evaluate_launcher(["h"], [padded], 0, False)[0] == Verdict.PASS
+    longer = padded[:-2] + 'x"}'
+    assert evaluate_launcher(["h"], [longer], 0, False)[1] == "InvalidRankReport: an oversized rank report"
+
+
+def test_rank_host_matches_hostfile_by_short_name() -> None:
+    hosts = ["a.job.ns.svc", "b.job.ns.svc"]
+    lines = [rank_line(0, 2, "b", 0), rank_line(1, 2, "a.job", 0)]
+    assert evaluate_launcher(hosts, lines, 0, False)[0] == Verdict.PASS
+
+
+def test_report_keeps_first_of_duplicate_ranks_and_bounds_hosts() -> None:
+    _, _, report = evaluate_launcher(HOSTS, [line(0, code=0), line(0, code=9)], 0, False)
+    assert [(r.rank, r.exit_code) for r in report.ranks] == [(0, 0)]
+    _, _, report = evaluate_launcher([f"h{i}" for i in range(100)], [], 0, False)
+    assert len(report.hosts) == 64
+
+
+def test_report_world_size_zero_when_sizes_disagree() -> None:
+    _, _, report = evaluate_launcher(HOSTS, [line(0, 3), line(1, 3), line(2, 4)], 0, False)
+    assert report.world_size == 0
+
+
+def test_long_rank_host_is_truncated_not_refused() -> None:
+    host = "h" * 300
+    verdict, reason, report = evaluate_launcher(["h"], [rank_line(0, 1, host, 0)], 0, False)
+    assert report.ranks[0].host == host[:253]
+    assert (verdict, reason.split(":")[0]) == (Verdict.INCONCLUSIVE, "WrongHosts")
+
+
+def test_empty_hostfile_is_vacuous_here_and_refused_by_the_launcher_role(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # evaluate_launcher alone cannot tell an empty world from a complete one ...
+    assert evaluate_launcher([], [], 0, False)[0] == Verdict.PASS
+    # ... so the launcher role refuses a hostfile that names no host before running mpirun.
+    for key, value in {"SIGNAL_NODE_NAME": "gpu-000", "SIGNAL_POD_NAME": "job-launcher", "SIGNAL_POD_UID": "u"}.items():
+        monkeypatch.setenv(key, value)
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("# no hosts\n\n")
+    log = tmp_path / "log"
+    argv = ["launcher", "--script", str(tmp_path / "s.sh"), "--deadline-seconds", "5"]
+    argv += ["--workdir", str(tmp_path / "w"), "--termination-log", str(log), "--hostfile", str(hostfile)]
+    assert runner_main.main(argv) == 1
+    result = parse_result(log.read_bytes())
+    assert result.verdict == Verdict.INCONCLUSIVE
+    assert "names no host" in result.reason
+    assert result.identity.role == "launcher"
+    assert result.identity.participant_index is None
+    hostfile.unlink()
+    assert runner_main.main(argv) == 1
+    assert "cannot read hostfile" in parse_result(log.read_bytes()).reason
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: evaluate_launcher accepts JSON booleans as integers (bool is an int subclass): a rank line "
+    '{"rank":0,"size":1,"host":"h","exitCode":false} counts as exit 0 and yields Pass instead of '
+    "InvalidRankReport (Inconclusive)",
+)
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"rank": 0, "size": 1, "host": "h", "exitCode": False},
+        {"rank": False, "size": True, "host": "h", "exitCode": 0},
+    ],
+    ids=["exit-false", "rank-false-size-true"],
+)
+def test_boolean_fields_are_malformed(body: dict[str, object]) -> None:
+    verdict, reason, _ = evaluate_launcher(["h"], [raw(body)], 0, False)
+    assert verdict == Verdict.INCONCLUSIVE
+    assert "malformed" in reason
