@@ -178,7 +178,13 @@ def collect_mpi(
                 "nodeName"
             ):
                 launcher, why = None, "ForeignResult: the launcher's result names another Pod or Node"
-    ranks = {r.host.split(".", 1)[0]: r for r in (launcher.launcher.ranks if launcher and launcher.launcher else [])}
+    if launcher is not None and launcher.verdict == Verdict.PASS:
+        terminated = _runner_status(finished[0]) or {}
+        phase = (finished[0].get("status") or {}).get("phase")
+        if not (launcher.exit_code == 0 and terminated.get("exitCode") == 0 and phase == "Succeeded"):
+            reason = "InconsistentResult: the launcher reported Pass but its Pod did not succeed"
+            launcher = launcher.model_copy(update={"verdict": Verdict.INCONCLUSIVE, "reason": reason})
+    ranks = {r.host: r for r in (launcher.launcher.ranks if launcher and launcher.launcher else [])}
     by_node: dict[str, list[Obj]] = {}
     for worker in workers:
         by_node.setdefault(worker.get("spec", {}).get("nodeName") or "", []).append(worker)

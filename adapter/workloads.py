@@ -44,7 +44,7 @@ def runner_deadline(check: Check) -> int:
     """The runner stops the script a little before the Pod's deadline, so that it can
     still report the timeout itself."""
     total = deadline_seconds(check)
-    return max(1, total - min(5, total // 10))
+    return max(1, total - max(1, min(5, total // 10)))
 
 
 def pod_name(inputs: Inputs, participant_index: int) -> str:

@@ -55,9 +55,8 @@ def script_argv(script: Path) -> list[str]:
     line = first[2:].strip().decode("utf-8", errors="replace")
     if not line:
         raise ScriptError(f"script {script} has an empty interpreter line")
-    interpreter, _, argument = line.partition(" ")
-    argument = argument.strip()
-    return [interpreter, *([argument] if argument else []), str(script)]
+    parts = line.split(None, 1)
+    return [parts[0], *(parts[1:] and [parts[1].strip()]), str(script)]
 
 
 def clean_environment(

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from shared.result import MAX_RANKS, LauncherReport, RankResult
+from shared.result import MAX_RANKS, LauncherReport, RankResult, short_host
 from shared.run import Verdict
 
 RANK_PREFIX: Final = "SIGNAL-RANK "
@@ -82,10 +82,10 @@ def evaluate_launcher(
         try:
             body = json.loads(line[len(RANK_PREFIX) :])
             rank, size, host, code = body["rank"], body["size"], body["host"], body["exitCode"]
-            if not (isinstance(rank, int) and isinstance(size, int) and isinstance(host, str)):
+            if not (type(rank) is int and type(size) is int and type(code) is int and isinstance(host, str)):
                 raise TypeError("wrong types")
-            if not isinstance(code, int) or not 0 <= rank < MAX_RANKS:
-                raise TypeError("wrong types")
+            if not 0 <= rank < MAX_RANKS:
+                raise TypeError("rank out of range")
         except (ValueError, KeyError, TypeError):
             problems.append("a malformed rank report")
             continue
@@ -93,13 +93,10 @@ def evaluate_launcher(
             problems.append(f"rank {rank} reported twice")
             continue
         sizes.add(size)
-        ranks[rank] = RankResult(rank=rank, host=host[:253], exit_code=code)
+        ranks[rank] = RankResult(rank=rank, host=short_host(host)[:253], exit_code=code)
     world = next(iter(sizes)) if len(sizes) == 1 else 0
-    report = LauncherReport(
-        world_size=world,
-        hosts=hosts[:MAX_RANKS],
-        ranks=[ranks[r] for r in sorted(ranks)],
-        mpirun_exit_code=mpirun_exit,
+    report = LauncherReport.build(
+        hosts[:MAX_RANKS], [ranks[r] for r in sorted(ranks)], world_size=world, mpirun_exit_code=mpirun_exit
     )
     failed = sorted(r.rank for r in ranks.values() if r.exit_code != 0)
     if failed:

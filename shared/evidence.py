@@ -184,10 +184,12 @@ def decode_document(config_map_obj: dict[str, Any], schema: str) -> tuple[dict[s
         payload = inflater.decompress(compressed, MAX_DOCUMENT_BYTES + 1)
         if len(payload) > MAX_DOCUMENT_BYTES or inflater.unconsumed_tail or not inflater.eof:
             raise EvidenceError(f"evidence ConfigMap {name}: document too large or truncated")
+        if inflater.unused_data:
+            raise EvidenceError(f"evidence ConfigMap {name}: data after the gzip stream")
     except zlib.error as exc:
         raise EvidenceError(f"evidence ConfigMap {name}: bad gzip: {exc}") from exc
     try:
-        document = json.loads(payload)
+        document = json.loads(payload, parse_constant=_reject_constant)
     except ValueError as exc:
         raise EvidenceError(f"evidence ConfigMap {name}: not JSON: {exc}") from exc
     if not isinstance(document, dict) or canonical_json(document) != payload:
@@ -195,6 +197,10 @@ def decode_document(config_map_obj: dict[str, Any], schema: str) -> tuple[dict[s
     if document.get("schema") != schema:
         raise EvidenceError(f"evidence ConfigMap {name}: schema {document.get('schema')!r}, expected {schema}")
     return document, sha256_digest(payload)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
 
 
 def check_verdict(participants: list[ParticipantResult]) -> tuple[Verdict, str]:

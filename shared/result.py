@@ -15,7 +15,9 @@ Inconclusive (never Pass).
 
 import json
 import math
+import os
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
@@ -60,22 +62,56 @@ class Output(StrictModel):
     tail: Annotated[str, Field(max_length=MAX_TAIL_CHARS)] = ""
 
 
-class RankResult(StrictModel):
-    """One MPI rank as the launcher saw it."""
+@dataclass(frozen=True)
+class RankResult:
+    """One MPI rank as the launcher saw it (``host``: short host name, first DNS label)."""
 
-    rank: Annotated[int, Field(ge=0, lt=MAX_RANKS)]
-    host: Annotated[str, Field(max_length=253)]
+    rank: int
+    host: str
     exit_code: int
 
 
+def short_host(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
 class LauncherReport(StrictModel):
-    """What the MPI launcher proves about the ranks it started."""
+    """What the MPI launcher proves about the ranks it started, compact enough for 64 ranks
+    in a termination message: short host names in hostfile order, stored as a common prefix
+    and suffixes, and one ``[rank, host index, exit code]`` row per rank that reported
+    (host index -1: a host not in the hostfile)."""
 
     world_size: Annotated[int, Field(ge=0, le=MAX_RANKS)]
-    hosts: Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=MAX_RANKS)]
-    """Hosts of the hostfile, in order."""
-    ranks: Annotated[list[RankResult], Field(max_length=MAX_RANKS)]
+    host_prefix: Annotated[str, Field(max_length=253)] = ""
+    host_suffixes: Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=MAX_RANKS)]
+    rank_table: Annotated[list[tuple[int, int, int]], Field(max_length=MAX_RANKS)]
     mpirun_exit_code: int | None = None
+
+    @property
+    def hosts(self) -> list[str]:
+        return [self.host_prefix + s for s in self.host_suffixes]
+
+    @property
+    def ranks(self) -> list[RankResult]:
+        hosts = self.hosts
+        return [RankResult(r, hosts[i] if 0 <= i < len(hosts) else "", code) for r, i, code in self.rank_table]
+
+    @classmethod
+    def build(
+        cls, hosts: list[str], ranks: list[RankResult], *, world_size: int, mpirun_exit_code: int | None
+    ) -> "LauncherReport":
+        names = [short_host(h) for h in hosts]
+        prefix = os.path.commonprefix(names) if len(names) > 1 else ""  # noqa: RUF071 - characters intended
+        table = [
+            (r.rank, names.index(short_host(r.host)) if short_host(r.host) in names else -1, r.exit_code) for r in ranks
+        ]
+        return cls(
+            world_size=world_size,
+            host_prefix=prefix,
+            host_suffixes=[n[len(prefix) :] for n in names],
+            rank_table=table,
+            mpirun_exit_code=mpirun_exit_code,
+        )
 
 
 class RunnerResult(StrictModel):

@@ -16,6 +16,7 @@ from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, resource_path
 from shared import keys
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
+from shared.result import LauncherReport
 from tests.adapter_support import AdapterWorld, check
 from tests.controller_support import eventually
 
@@ -79,13 +80,10 @@ async def test_two_ranks_pass_then_a_rank_fails(world: AdapterWorld, admin: Kube
     assert digest == outcome.outputs["evidence-digest"]
     results = evidence["results"]
     job = _job(world, 0)
-    launcher = results["launcher"]["launcher"]
-    assert launcher["worldSize"] == 2
-    assert launcher["hosts"] == [
-        f"{job}-worker-0.{job}.{world.namespace}.svc",
-        f"{job}-worker-1.{job}.{world.namespace}.svc",
-    ]
-    assert sorted((r["rank"], r["host"], r["exitCode"]) for r in launcher["ranks"]) == [
+    report = LauncherReport.model_validate(results["launcher"]["launcher"])
+    assert report.world_size == 2
+    assert report.hosts == [f"{job}-worker-0", f"{job}-worker-1"]
+    assert [(r.rank, r.host, r.exit_code) for r in report.ranks] == [
         (0, f"{job}-worker-0", 0),
         (1, f"{job}-worker-1", 0),
     ]

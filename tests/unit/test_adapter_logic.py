@@ -406,16 +406,9 @@ def test_deadline_seconds(deadline: str, seconds: int) -> None:
         "1h",
         pytest.param(
             "9s",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: runner_deadline() equals the Pod's activeDeadlineSeconds for deadlines under 10s "
-                "(total - min(5, total // 10) subtracts 0), so the runner cannot stop the script first and report "
-                "the timeout itself as its docstring promises",
-            ),
         ),
         pytest.param(
             "5s",
-            marks=pytest.mark.xfail(strict=True, reason="BUG: runner deadline 5 == Pod deadline 5 (see 9s)"),
         ),
     ],
 )
@@ -921,7 +914,7 @@ def test_collect_mpi_a_failing_rank_fails_its_participant_only() -> None:
 def test_collect_mpi_missing_rank() -> None:
     report = launcher_report([0, 0])
     verdict, reason, full = report
-    partial = full.model_copy(update={"ranks": full.ranks[:1]})
+    partial = full.model_copy(update={"rank_table": full.rank_table[:1]})
     results, _, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [launcher_pod(report=(verdict, reason, partial))])
     assert verdicts(results)[1] == (1, INCONCLUSIVE, "MissingRank")
 
@@ -1006,12 +999,6 @@ def test_collect_mpi_worker_whose_name_reported_no_rank() -> None:
     assert verdicts(results)[1] == (1, INCONCLUSIVE, "MissingRank")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: collect_mpi trusts a launcher's Pass without the consistency rule collect_pods applies "
-    "(runner exit 0, container exit 0, Pod Succeeded): a Pass launcher result in a launcher Pod that is Failed "
-    "with container exit 1 (e.g. killed by activeDeadlineSeconds after writing) still yields Pass participants",
-)
 @pytest.mark.parametrize(("phase", "exit_code"), [("Failed", 1), ("Failed", 0), ("Succeeded", 137)])
 def test_collect_mpi_inconsistent_launcher_pass_is_not_pass(phase: str, exit_code: int) -> None:
     pod = launcher_pod([0, 0])

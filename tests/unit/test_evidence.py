@@ -293,24 +293,12 @@ def test_decode_refuses_document_one_byte_over_the_limit() -> None:
         decode_document(stored(over), RESULTS_SCHEMA)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: decode_document lets a ValueError escape (not EvidenceError) for a gzip'd document containing "
-    "NaN: json.loads accepts NaN and canonical_json(allow_nan=False) raises 'Out of range float values are not "
-    "JSON compliant'",
-)
 def test_decode_refuses_nan_with_evidence_error() -> None:
     payload = b'{"a":NaN,"schema":"projectsignal.dev/check-results/v1"}'
     with pytest.raises(EvidenceError):
         decode_document(stored(payload), RESULTS_SCHEMA)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: decode_document ignores data after the first gzip member (inflater.unused_data is never "
-    "checked): a stored payload with trailing garbage or a second gzip member decodes as if it were only the "
-    "first, although 'anything else (bad gzip ...) is rejected'",
-)
 @pytest.mark.parametrize(
     "trailer",
     [b"garbage", gzip.compress(b'{"evil":true}', mtime=0)],

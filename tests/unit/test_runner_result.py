@@ -523,12 +523,6 @@ def test_fit_keeps_launcher_report_for_small_mpijobs(participants: int) -> None:
     assert parsed.launcher == result.launcher
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: fit() never shrinks the LauncherReport; the launcher result of a 32-participant MPIJob "
-    "(~4.5 KB) or 64-participant one (~8.6 KB) cannot fit 4096 bytes, so fit() returns None, the runner "
-    "writes no result and every such MPIJob check is Inconclusive although MAX_RANKS is 64",
-)
 @pytest.mark.parametrize("participants", [32, 64])
 def test_fit_launcher_report_for_large_mpijobs(participants: int) -> None:
     payload = fit(launcher_result(participants))
