@@ -1,0 +1,71 @@
+"""Recurrence (issue 5, acceptance 6): the controller re-requests only Nodes whose last
+result from the profile is older than its interval, and admission never puts more Nodes of
+one failure domain under test than the budget allows."""
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from localcluster.cluster import LocalCluster
+from localcluster.kube import KubeClient, resource_path
+from shared import keys
+from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
+
+
+def _stamp(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_recurrence_requests_only_stale_nodes_within_budget(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    world = World(cluster, admin, namespace)
+    await world.setup()
+    profile = f"{namespace}-r"
+    names = world.node_names(6)
+    await world.add_nodes(names, requested_for=None)
+    now = datetime.now(UTC)
+    stale, fresh = names[:4], names[4:]
+    for name, when in [*((n, now - timedelta(hours=2)) for n in stale), *((n, now) for n in fresh)]:
+        detail = {"verdict": "Pass", "runUID": "earlier", "runCreated": _stamp(when), "completionTime": _stamp(when)}
+        patch = {
+            "metadata": {
+                "labels": {keys.certified_label(profile): "Pass"},
+                "annotations": {keys.certified_label(profile): json.dumps(detail)},
+            }
+        }
+        await admin.merge_patch(resource_path("v1", "nodes", name=name), patch)
+    body = profile_body(profile, namespace, 2, budget={"topologyKey": keys.ZONE_LABEL, "maxNodesUnderTest": 2})
+    body["spec"]["recurrence"] = {"interval": "1h"}
+    await world.add_profile(body)
+    controller = ControllerProcess(cluster, namespace, tmp_path, resync=1.0)
+    await controller.start()
+    try:
+
+        async def requested_or_reserved() -> list[str]:
+            nodes = await world.nodes(stale)
+            hit = [n for n in nodes if reserved_by(n) or keys.CERTIFY_LABEL in n["metadata"].get("labels", {})]
+            return [n["metadata"]["name"] for n in hit] if len(hit) == len(stale) else []
+
+        await eventually(requested_or_reserved, timeout=30, what=f"stale Nodes re-requested\n{controller.logs()}")
+        most = 0
+        until = time.monotonic() + 6
+        while time.monotonic() < until:
+            nodes = await world.nodes(names)
+            most = max(most, sum(1 for n in nodes if reserved_by(n)))
+            for node in nodes[4:]:
+                labels = node["metadata"].get("labels", {})
+                assert keys.CERTIFY_LABEL not in labels, "a fresh Node was re-requested"
+                assert reserved_by(node) is None
+            await asyncio.sleep(0.3)
+        assert most == 2, f"expected one group of 2 under test (budget 2), saw at most {most}"
+        runs = await world.runs()
+        assert len(runs) == 1
+        assert sorted(p["nodeName"] for p in runs[0]["spec"]["participants"]) == sorted(
+            n["metadata"]["name"] for n in await world.nodes(stale) if reserved_by(n)
+        )
+    finally:
+        controller.stop()
+        await world.cleanup()
