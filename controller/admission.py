@@ -49,7 +49,11 @@ async def admit(
 ) -> Obj:
     """Run all admission writes for ``selection``, chosen against ``ledger`` (read uncached);
     the ledger write is conditioned on that read. Returns the Running Run."""
-    ghash = group_hash(profile.metadata.uid or "", 1, selection.nodes)
+    attempt = max(
+        (n.next_attempt[1] for n in selection.nodes if n.next_attempt and n.next_attempt[0] == profile.metadata.name),
+        default=1,
+    )
+    ghash = group_hash(profile.metadata.uid or "", attempt, selection.nodes)
     ordinal = 1 + sum(
         1 for r in ctx.runs.items.values() if r["metadata"].get("labels", {}).get(GROUP_HASH_LABEL) == ghash
     )
@@ -59,7 +63,13 @@ async def admit(
         ledger.with_group(name, Group(profile.metadata.name, tuple(n.name for n in selection.nodes)))
     )
     body = run_manifest(
-        profile=profile, nodes=selection.nodes, name=name, namespace=ctx.namespace, ghash=ghash, source_digest=digest
+        profile=profile,
+        nodes=selection.nodes,
+        name=name,
+        namespace=ctx.namespace,
+        ghash=ghash,
+        source_digest=digest,
+        attempt=attempt,
     )
     try:
         run = await ctx.kube.create(ctx.run_path(), body)
@@ -158,18 +168,28 @@ async def reserve(ctx: Context, run: Obj, participant: dict[str, Any]) -> None:
     raise AdmissionAborted(f"Node {participant['nodeName']} kept changing; could not reserve it")
 
 
-async def release_nodes(ctx: Context, run: Obj, *, restore_request: bool = False) -> None:
+async def release_nodes(
+    ctx: Context, run: Obj, *, restore_request: bool = False, next_attempt: int | None = None
+) -> None:
     """Remove ``run``'s reservation from every participant that still carries it."""
     for participant in run["spec"]["participants"]:
-        await release_node(ctx, participant["nodeName"], run["metadata"]["uid"], restore_request=restore_request)
+        await release_node(
+            ctx,
+            participant["nodeName"],
+            run["metadata"]["uid"],
+            restore_request=restore_request,
+            next_attempt=next_attempt,
+        )
 
 
-async def release_node(ctx: Context, name: str, run_uid: str, *, restore_request: bool = False) -> None:
+async def release_node(
+    ctx: Context, name: str, run_uid: str, *, restore_request: bool = False, next_attempt: int | None = None
+) -> None:
     for _ in range(NODE_PATCH_ATTEMPTS):
         node = await ctx.kube.get_or_none(_node_path(name))
         if node is None:
             return
-        patch = release_patch(node, run_uid, restore_request=restore_request)
+        patch = release_patch(node, run_uid, restore_request=restore_request, next_attempt=next_attempt)
         if patch is None:
             return
         try:

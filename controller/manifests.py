@@ -166,17 +166,23 @@ def reservation_patch(node: Mapping[str, Any], run: Mapping[str, Any], index: in
             "resourceVersion": node["metadata"]["resourceVersion"],
             # The operator's request is consumed by the admission (restored by a rollback).
             "labels": {keys.RESERVED_BY_LABEL: meta["uid"], keys.CERTIFY_LABEL: None},
-            "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(detail, sort_keys=True)},
+            "annotations": {
+                keys.RESERVATION_ANNOTATION: json.dumps(detail, sort_keys=True),
+                keys.ATTEMPT_ANNOTATION: None,
+            },
         },
         "spec": {"taints": taints},
     }
 
 
-def release_patch(node: Mapping[str, Any], run_uid: str, *, restore_request: bool = False) -> dict[str, Any] | None:
+def release_patch(
+    node: Mapping[str, Any], run_uid: str, *, restore_request: bool = False, next_attempt: int | None = None
+) -> dict[str, Any] | None:
     """Merge patch removing a Run's reservation, or None when the Node is not held by it.
     Only Signal's own taint is removed: an operator's cordon (spec.unschedulable) stays.
-    ``restore_request`` (rollback of an admission that never completed) gives the Node its
-    certification request back, unless it carries a newer one."""
+    ``restore_request`` (rollback of an admission that never completed, or a retry) gives the
+    Node its certification request back, unless it carries a newer one; ``next_attempt``
+    (a retry) records the attempt number the next admission of that request takes."""
     labels = node.get("metadata", {}).get("labels") or {}
     taints = node.get("spec", {}).get("taints") or []
     ours = labels.get(keys.RESERVED_BY_LABEL) == run_uid
@@ -192,6 +198,8 @@ def release_patch(node: Mapping[str, Any], run_uid: str, *, restore_request: boo
         request = _request_of(annotations.get(keys.RESERVATION_ANNOTATION, ""))
         if restore_request and request and keys.CERTIFY_LABEL not in labels:
             patch["metadata"]["labels"][keys.CERTIFY_LABEL] = request
+            if next_attempt is not None:
+                patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = f"{request}:{next_attempt}"
     patch["spec"] = {"taints": remaining or None}
     return patch
 

@@ -40,6 +40,8 @@ class NodeView:
     reservation: Reservation | None
     signal_taint_uid: str | None
     """The Run uid in Signal's reservation taint, when the Node carries it."""
+    next_attempt: tuple[str, int] | None = None
+    """(profile, attempt) recorded when the Node was released for a retry."""
     completed: Mapping[str, str] = field(default_factory=dict)
     """Profile -> completion time of the result projected for it (for recurrence)."""
 
@@ -103,8 +105,16 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         allocatable_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("allocatable") or {}).items()},
         reservation=parse_reservation(labels, annotations),
         signal_taint_uid=next((str(t.get("value", "")) for t in taints if t.get("key") == RESERVED_TAINT_KEY), None),
+        next_attempt=_next_attempt(str(annotations.get(keys.ATTEMPT_ANNOTATION) or "")),
         completed=_completed(annotations),
     )
+
+
+def _next_attempt(value: str) -> tuple[str, int] | None:
+    profile, _, number = value.rpartition(":")
+    if not profile or not number.isdigit():
+        return None
+    return sys.intern(profile), int(number)
 
 
 def _completed(annotations: Mapping[str, str]) -> dict[str, str]:

@@ -37,6 +37,9 @@ async def reconcile_run(ctx: Context, run: Obj) -> None:
     phase = status.get("phase") or Phase.PENDING
     spec = run["spec"]
     if phase in TERMINAL_PHASES:
+        if _retry_due(ctx, run):
+            await retry(ctx, run)
+            return
         wants_release = spec.get("release") or phase == Phase.SUCCEEDED
         if wants_release and not is_true(status.get("conditions") or [], "Released"):
             await release(ctx, run)
@@ -139,6 +142,43 @@ async def cancel(ctx: Context, run: Obj) -> None:
     )
     log.info("run canceled", run=name)
     await events.emit(ctx, events.run_ref(run), "RunCanceled", "canceled by spec.cancel", warning=True)
+
+
+def _retry_due(ctx: Context, run: Obj) -> bool:
+    status = run.get("status") or {}
+    if status.get("phase") != Phase.INCONCLUSIVE or run["spec"].get("release"):
+        return False
+    conditions = status.get("conditions") or []
+    if is_true(conditions, "Released") or is_true(conditions, "RetryStarted"):
+        return False
+    profile = ctx.profiles.items.get(f"/{run['spec']['profile']['name']}")
+    if profile is None or profile["metadata"].get("uid") != run["spec"]["profile"]["uid"]:
+        return False
+    allowed = int(((profile.get("spec") or {}).get("retries") or {}).get("maxAttempts", 1))
+    return int(run["spec"].get("attempt", 1)) < allowed
+
+
+async def retry(ctx: Context, run: Obj) -> None:
+    """Start the next attempt of an Inconclusive Run: give its Nodes back with their
+    request restored and the next attempt number, so admission takes them again if they
+    are still eligible. The Run (and its evidence) stays for review."""
+    name, attempt = run["metadata"]["name"], int(run["spec"].get("attempt", 1))
+    await release_nodes(ctx, run, restore_request=True, next_attempt=attempt + 1)
+    ledger = await ctx.read_ledger()
+    if name in ledger.groups:
+        await ctx.write_ledger(ledger.without(name))
+    now, generation = ctx.clock(), run["metadata"].get("generation")
+    conditions = run.get("status", {}).get("conditions") or []
+    for type_, reason, message in (
+        ("RetryStarted", "RetryPolicy", f"attempt {attempt + 1} requested for the same Nodes"),
+        ("Released", "ReleasedForRetry", "reservations removed so that the next attempt can admit the Nodes"),
+    ):
+        conditions = set_condition(
+            conditions, type_=type_, status=True, reason=reason, message=message, generation=generation, now=now
+        )
+    await ctx.patch_run_status(run, {"conditions": conditions})
+    log.info("retry started", run=name, next_attempt=attempt + 1)
+    await events.emit(ctx, events.run_ref(run), "RetryStarted", f"attempt {attempt + 1} requested", warning=True)
 
 
 async def release(ctx: Context, run: Obj) -> None:

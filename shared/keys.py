@@ -20,6 +20,9 @@ CERTIFY_LABEL: Final = f"{GROUP}/certify"
 # Reservation of a Node by a Run: label (Run uid) for selection, annotation for detail.
 RESERVED_BY_LABEL: Final = f"{GROUP}/reserved-by"
 RESERVATION_ANNOTATION: Final = f"{GROUP}/reservation"
+# Set on Nodes released for a retry of an Inconclusive Run: "<profile>:<next attempt>";
+# consumed by the next reservation, like the request label.
+ATTEMPT_ANNOTATION: Final = f"{GROUP}/next-attempt"
 # Signal's cordon: a NoSchedule taint whose value is the reserving Run's uid. Backend
 # workloads of that Run tolerate exactly it.
 RESERVED_TAINT_KEY: Final = f"{GROUP}/reserved"
