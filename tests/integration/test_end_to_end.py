@@ -1,0 +1,141 @@
+"""The full path (issue 5, acceptance 1 and 5): request -> admission -> Workflow -> adapter
+steps (a Pod check, then an MPIJob check with real OpenMPI ranks) -> evidence -> verdict ->
+projection -> release, with the real controller and adapter as their ServiceAccounts and the
+Workflow executed on the local control plane."""
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from localcluster.cluster import LocalCluster
+from localcluster.kube import KubeClient, Obj, resource_path
+from shared import keys
+from shared.acceptance import RUN_EVIDENCE_SCHEMA, validate_check
+from shared.digests import bundle_digest
+from shared.evidence import decode_document
+from tests.controller_support import REPO, ControllerProcess, World, eventually, install_rbac, profile_body, reserved_by
+
+API = keys.API_VERSION
+SCRIPTS = {
+    "inventory.sh": '#!/bin/sh\necho "gpus on $SIGNAL_NODE_NAME"\nprintf \'{"gpus": 8}\' > "$SIGNAL_MEASUREMENTS_FILE"\n',
+    "nccl.sh": '#!/bin/sh\necho "rank $SIGNAL_RANK of $SIGNAL_WORLD_SIZE"\n',
+    "flaky.sh": "#!/bin/sh\nif [ \"$SIGNAL_PARTICIPANT_INDEX\" = 1 ]; then echo 'XID 79' >&2; exit 1; fi\n",
+}
+
+
+async def install_workflow_template(admin: KubeClient, namespace: str) -> None:
+    template = yaml.safe_load((REPO / "deploy" / "base" / "adapter-workflowtemplate.yaml").read_text())
+    template["metadata"]["namespace"] = namespace
+    path = resource_path("argoproj.io/v1alpha1", "workflowtemplates", namespace, template["metadata"]["name"])
+    await admin.apply(path, template)
+
+
+@pytest.fixture
+async def world(cluster: LocalCluster, admin: KubeClient, namespace: str) -> AsyncIterator[World]:
+    w = World(cluster, admin, namespace)
+    await w.setup(scripts=SCRIPTS)
+    await install_rbac(admin, namespace, "adapter-rbac.yaml")
+    await install_workflow_template(admin, namespace)
+    yield w
+    await w.cleanup()
+    for name in w.node_names(2):
+        await cluster.remove_node(name)
+
+
+def _checks(second_script: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": "inventory",
+            "scriptKey": second_script,
+            "backend": "Pod",
+            "gpuCount": 1,
+            "backendActiveDeadline": "60s",
+        },
+        {"name": "nccl", "scriptKey": "nccl.sh", "backend": "MPIJob", "gpuCount": 1, "backendActiveDeadline": "90s"},
+    ]
+
+
+async def _run_to_the_end(world: World, tmp_path: Path, script: str) -> tuple[Obj, list[str], ControllerProcess]:
+    profile = f"{world.namespace}-e2e"
+    names = world.node_names(2)
+    await world.add_nodes(names, requested_for=profile)
+    body = profile_body(profile, world.namespace, 2, digest=bundle_digest(SCRIPTS, {}), checks=_checks(script))
+    await world.add_profile(body)
+    controller = ControllerProcess(world.cluster, world.namespace, tmp_path, resync=2.0)
+    await controller.start()
+
+    async def finished() -> Obj | None:
+        runs = await world.runs()
+        done = [r for r in runs if (r.get("status") or {}).get("phase") in {"Succeeded", "Failed", "Inconclusive"}]
+        return done[0] if done else None
+
+    run = await eventually(finished, timeout=240, interval=1.0, what=f"a finished Run\n{controller.logs()}")
+    return run, names, controller
+
+
+async def _verify(admin: KubeClient, run: Obj) -> dict[str, Any]:
+    ns = run["metadata"]["namespace"]
+    stored = await admin.get(resource_path("v1", "configmaps", ns, run["status"]["evidence"]["configMap"]))
+    document, digest = decode_document(stored, RUN_EVIDENCE_SCHEMA)
+    assert digest == run["status"]["evidence"]["digest"]
+    return document
+
+
+async def test_full_path_succeeds_projects_and_releases(world: World, admin: KubeClient, tmp_path: Path) -> None:
+    run, names, controller = await _run_to_the_end(world, tmp_path, "inventory.sh")
+    try:
+        assert run["status"]["phase"] == "Succeeded", (run["status"], controller.logs())
+        assert run["status"]["checkVerdicts"] == [
+            {"name": "inventory", "verdict": "Pass"},
+            {"name": "nccl", "verdict": "Pass"},
+        ]
+        document = await _verify(admin, run)
+        for check in document["checks"]:
+            verdict, problem, _ = validate_check(run, check["index"], check["evidence"])
+            assert (verdict.value, problem) == ("Pass", None)
+        mpi = document["checks"][1]["evidence"]["results"]["launcher"]["launcher"]
+        assert mpi["worldSize"] == 2
+
+        async def released() -> list[Obj] | None:
+            nodes = await world.nodes(names)
+            return nodes if all(reserved_by(n) is None for n in nodes) else None
+
+        nodes = await eventually(released, timeout=30, what="automatic release")
+        for node in nodes:
+            assert node["metadata"]["labels"][keys.certified_label(run["spec"]["profile"]["name"])] == "Pass"
+            assert not [t for t in node["spec"].get("taints") or [] if t["key"] == keys.RESERVED_TAINT_KEY]
+        pods = await admin.get(resource_path("v1", "pods", world.namespace), labelSelector=keys.RUN_UID_LABEL)
+        assert [p for p in pods["items"] if p["metadata"]["labels"].get(keys.COMPONENT_LABEL) == "backend"] == []
+    finally:
+        controller.stop()
+
+
+async def test_failed_run_stays_cordoned_until_release(world: World, admin: KubeClient, tmp_path: Path) -> None:
+    run, names, controller = await _run_to_the_end(world, tmp_path, "flaky.sh")
+    try:
+        assert run["status"]["phase"] == "Failed", (run["status"], controller.logs())
+        assert run["status"]["checkVerdicts"][0] == {"name": "inventory", "verdict": "Fail"}
+        profile = run["spec"]["profile"]["name"]
+        nodes = await world.nodes(names)
+        labels = {n["metadata"]["name"]: n["metadata"]["labels"].get(keys.certified_label(profile)) for n in nodes}
+        assert labels == {names[0]: "Inconclusive", names[1]: "Fail"}
+        assert all(reserved_by(n) == run["metadata"]["uid"] for n in nodes)
+        # The operator cordons one Node, then releases the Run: Signal's cordon goes, theirs stays.
+        await admin.merge_patch(resource_path("v1", "nodes", name=names[1]), {"spec": {"unschedulable": True}})
+        path = resource_path(API, keys.RUN_PLURAL, world.namespace, run["metadata"]["name"])
+        await admin.merge_patch(path, {"spec": {"release": True}})
+
+        async def released() -> list[Obj] | None:
+            current = await world.nodes(names)
+            return current if all(reserved_by(n) is None for n in current) else None
+
+        freed = await eventually(released, timeout=30, what="release")
+        for node in freed:
+            assert not [t for t in node["spec"].get("taints") or [] if t["key"] == keys.RESERVED_TAINT_KEY]
+        assert freed[1]["spec"].get("unschedulable") is True
+        assert not freed[0]["spec"].get("unschedulable")
+    finally:
+        controller.stop()
