@@ -12,7 +12,10 @@ give; and whose cleanup completed. Anything else makes that check Inconclusive.
 
 The Run is ``Failed`` if any check with valid evidence proves a failure; ``Succeeded``
 only if every check has valid Pass evidence, the Workflow succeeded, no Node was replaced
-and the suite deadline did not end it; otherwise ``Inconclusive``.
+and the suite deadline did not end it; otherwise ``Inconclusive``. Each Node's own result
+(what is projected) is ``Fail`` where valid evidence proves it failed, ``Pass`` only where
+every check's evidence is valid and says it passed and the Run ended Succeeded or Failed
+(another Node's failure), and ``Inconclusive`` otherwise.
 """
 
 from collections import Counter
@@ -188,6 +191,10 @@ def decide(
         message = f"the Workflow ended {workflow_phase or 'missing'} although every check passed"
     else:
         phase, reason, message = Phase.SUCCEEDED, "AllChecksPassed", f"all {len(checks)} check(s) passed"
+    # Per Node: Fail where valid evidence proves it failed; Pass only where every check has
+    # valid evidence in which it passed and the Run ended for a proven reason (Succeeded, or
+    # Failed because of another Node); everything else Inconclusive.
+    complete = all(c.problem is None for c in checks)
     nodes: dict[str, Verdict] = {}
     for p in participants:
         if p["nodeName"] in replaced:
@@ -195,7 +202,7 @@ def decide(
         own = [c.participant_verdicts.get(p["index"]) for c in checks if c.problem is None]
         if Verdict.FAIL in own:
             nodes[p["nodeName"]] = Verdict.FAIL
-        elif phase == Phase.SUCCEEDED:
+        elif complete and phase in {Phase.SUCCEEDED, Phase.FAILED} and all(v == Verdict.PASS for v in own):
             nodes[p["nodeName"]] = Verdict.PASS
         else:
             nodes[p["nodeName"]] = Verdict.INCONCLUSIVE
