@@ -215,7 +215,7 @@ async def rollback(ctx: Context, run: Obj, why: str) -> None:
 
 async def submit_workflow(ctx: Context, run: Obj) -> Obj:
     """Create the Run's Workflow (idempotent) and mark the Run Running."""
-    body = workflow_manifest(run)
+    body = workflow_manifest(run, ctx.workflow_instance_id)
     path = resource_path("argoproj.io/v1alpha1", "workflows", ctx.namespace)
     try:
         workflow = await ctx.kube.create(path, body)

@@ -36,7 +36,13 @@ def configure_logging(fmt: str) -> None:
 
 async def serve(args: argparse.Namespace) -> int:
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller")
-    ctx = Context(kube, args.namespace, args.identity, profile_selector=args.profile_selector)
+    ctx = Context(
+        kube,
+        args.namespace,
+        args.identity,
+        profile_selector=args.profile_selector,
+        workflow_instance_id=args.workflow_instance_id,
+    )
     stop, lost = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -79,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-selector", default="", help="serve only profiles matching this label selector")
     parser.add_argument("--resync", type=float, default=30.0, help="seconds between full passes and recovery")
     parser.add_argument("--log-format", choices=["json", "console"], default="json")
+    parser.add_argument(
+        "--workflow-instance-id", default="", help="Argo instanceID to label Workflows with (when Argo uses one)"
+    )
     parser.add_argument("--metrics-port", type=int, default=8080, help="serve Prometheus /metrics here (0: off)")
     args = parser.parse_args(argv)
     configure_logging(args.log_format)

@@ -113,7 +113,9 @@ def snapshot_manifest(run: Mapping[str, Any], source: Mapping[str, Any]) -> dict
     return body
 
 
-def workflow_manifest(run: Mapping[str, Any]) -> dict[str, Any]:
+def workflow_manifest(run: Mapping[str, Any], instance_id: str = "") -> dict[str, Any]:
+    """The Run's Workflow. ``instance_id``: the Argo workflow-controller instance that should
+    run it (Argo's ``instanceID``), when the cluster runs several."""
     spec = run["spec"]
     participants = sorted(spec["participants"], key=lambda p: p["index"])
     compact = [{"index": p["index"], "nodeName": p["nodeName"], "nodeUID": p["nodeUID"]} for p in participants]
@@ -136,7 +138,11 @@ def workflow_manifest(run: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {
             "name": meta["name"],
             "namespace": meta["namespace"],
-            "labels": {keys.RUN_NAME_LABEL: meta["name"], keys.RUN_UID_LABEL: meta["uid"]},
+            "labels": {
+                keys.RUN_NAME_LABEL: meta["name"],
+                keys.RUN_UID_LABEL: meta["uid"],
+                **({keys.ARGO_INSTANCE_LABEL: instance_id} if instance_id else {}),
+            },
             "ownerReferences": [owner_reference(run)],
         },
         "spec": {

@@ -52,6 +52,8 @@ class Context:
     identity: str
     fence: int = 0
     profile_selector: str = ""
+    workflow_instance_id: str = ""
+    """Argo instanceID label to put on Workflows (empty: none)."""
     """Label selector limiting the profiles this controller serves (empty: all)."""
     clock: Callable[[], datetime] = _now
     nodes: Informer[NodeView] = field(init=False)

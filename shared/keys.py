@@ -59,6 +59,11 @@ WORKFLOW_PARAMETERS: Final = (
 )
 
 
+# Argo's own label: a workflow-controller configured with an instanceID only runs Workflows
+# carrying it (set by the controller's --workflow-instance-id).
+ARGO_INSTANCE_LABEL: Final = "workflows.argoproj.io/controller-instanceid"
+
+
 def certified_label(profile_name: str) -> str:
     """The Node label that carries the latest result of ``profile_name``."""
     return f"{CERTIFIED_LABEL_PREFIX}{profile_name}"

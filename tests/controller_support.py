@@ -57,6 +57,8 @@ class ControllerProcess:
     resync: float = 2.0
     identity: str = ""
     metrics_port: int = 0
+    workflow_instance_id: str = ""
+    """Set to the local Argo's instanceID for tests whose Workflows should run."""
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
@@ -83,6 +85,8 @@ class ControllerProcess:
                 str(self.resync),
                 "--metrics-port",
                 str(self.metrics_port),
+                "--workflow-instance-id",
+                self.workflow_instance_id,
                 "--log-format",
                 "console",
             ],
