@@ -44,7 +44,7 @@ def reported_digests(workflow: Obj | None) -> dict[int, str]:
         inputs = {p.get("name"): p.get("value") for p in (node.get("inputs") or {}).get("parameters", [])}
         outputs = {p.get("name"): p.get("value") for p in (node.get("outputs") or {}).get("parameters", [])}
         index, digest = str(inputs.get("index", "")), outputs.get("evidence-digest")
-        if index.isdigit() and digest:
+        if index.isascii() and index.isdigit() and digest:
             found[int(index)] = str(digest)
     return found
 

@@ -22,9 +22,10 @@ DEFAULT_KEEP = 10
 
 def _parse_time(value: str) -> datetime | None:
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return parsed if parsed.tzinfo is not None else None
 
 
 def due_for_recertification(nodes: Iterable[NodeView], profile: str, interval: timedelta, now: datetime) -> list[str]:

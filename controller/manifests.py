@@ -167,6 +167,9 @@ def reservation_patch(node: Mapping[str, Any], run: Mapping[str, Any], index: in
         "index": index,
         "request": request,
     }
+    attempt = (node["metadata"].get("annotations") or {}).get(keys.ATTEMPT_ANNOTATION)
+    if attempt:
+        detail["nextAttempt"] = attempt  # restored by a rollback, with the request
     return {
         "metadata": {
             "resourceVersion": node["metadata"]["resourceVersion"],
@@ -201,21 +204,24 @@ def release_patch(
         patch["metadata"]["labels"] = {keys.RESERVED_BY_LABEL: None}
         patch["metadata"]["annotations"] = {keys.RESERVATION_ANNOTATION: None}
         annotations = node.get("metadata", {}).get("annotations") or {}
-        request = _request_of(annotations.get(keys.RESERVATION_ANNOTATION, ""))
+        detail = _detail_of(annotations.get(keys.RESERVATION_ANNOTATION, ""))
+        request = str(detail.get("request", ""))
         if restore_request and request and keys.CERTIFY_LABEL not in labels:
             patch["metadata"]["labels"][keys.CERTIFY_LABEL] = request
             if next_attempt is not None:
                 patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = f"{request}:{next_attempt}"
+            elif isinstance(detail.get("nextAttempt"), str):
+                patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = detail["nextAttempt"]
     patch["spec"] = {"taints": remaining or None}
     return patch
 
 
-def _request_of(annotation: str) -> str:
+def _detail_of(annotation: str) -> dict[str, Any]:
     try:
         detail = json.loads(annotation)
     except ValueError:
-        return ""
-    return str(detail.get("request", "")) if isinstance(detail, dict) else ""
+        return {}
+    return detail if isinstance(detail, dict) else {}
 
 
 def timestamp(now: datetime) -> str:

@@ -112,7 +112,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
 
 def _next_attempt(value: str) -> tuple[str, int] | None:
     profile, _, number = value.rpartition(":")
-    if not profile or not number.isdigit():
+    if not profile or not (number.isascii() and number.isdigit()):
         return None
     return sys.intern(profile), int(number)
 

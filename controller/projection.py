@@ -49,7 +49,9 @@ def supersedes(new: dict[str, str], old: dict[str, str] | None) -> bool:
     """Whether ``new`` may replace ``old`` on a Node (same Run: yes, to repair)."""
     if old is None or old.get("runUID") == new["runUID"]:
         return True
-    old_created = old.get("runCreated", "")
+    old_created = old.get("runCreated")
+    if not isinstance(old_created, str):
+        return True  # garbled: not a result Signal wrote
     return new["runCreated"] > old_created
 
 

@@ -170,6 +170,12 @@ def decide(
 ) -> RunDecision:
     """The Run's terminal phase from its checks' outcomes and the world around it."""
     participants = _participants(run)
+    expected = len(run["spec"]["checks"])
+    if sorted(c.index for c in checks) != list(range(expected)):
+        missing = CheckOutcome(
+            -1, "?", Verdict.INCONCLUSIVE, "IncompleteEvidence: not one outcome per check", None, None, {}
+        )
+        checks = [*checks, missing]
     replaced = sorted(p["nodeName"] for p in participants if node_uids.get(p["nodeName"]) != p["nodeUID"])
     failed = [c for c in checks if c.verdict == Verdict.FAIL and c.problem is None]
     problems = [c for c in checks if c.problem or c.verdict == Verdict.INCONCLUSIVE]

@@ -775,15 +775,6 @@ def test_decide_uses_participant_index_not_list_order() -> None:
     assert decision.node_verdicts == {"gpu-000": F, "gpu-001": P}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: decide() does not check that it was given one outcome per check of the Run: with an "
-        "outcome missing (or none at all) it returns Succeeded ('all 1 check(s) passed') and projects Pass, "
-        "contrary to fail-closed 'Succeeded only if every check has valid Pass evidence' (latent: "
-        "controller/accept.py passes every index today)"
-    ),
-)
 @pytest.mark.parametrize("given", [[0], []], ids=["one-of-two", "none"])
 def test_decide_with_fewer_outcomes_than_checks_is_not_succeeded(given: list[int]) -> None:
     decision = decide(

@@ -98,15 +98,6 @@ def test_due_nodes_are_sorted_and_filtered_together() -> None:
     assert due_for_recertification([], PROFILE, DAY, NOW) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason=(
-        "BUG: controller/lifecycle.due_for_recertification subtracts a naive datetime parsed from a "
-        "completionTime without an offset (e.g. '2026-11-28T12:00:00' in a Node's result annotation) from "
-        "the aware clock: TypeError aborts the whole recurrence pass instead of skipping that Node"
-    ),
-)
 def test_time_without_offset_is_skipped_not_fatal() -> None:
     nodes = [
         certified(make_node("a")).view(),
@@ -246,6 +237,7 @@ def test_reservation_consumes_the_request_and_the_attempt() -> None:
         "uid": RUN_UID,
         "index": 2,
         "request": PROFILE,
+        "nextAttempt": f"{PROFILE}:3",  # kept so that a rollback restores it with the request
     }
     assert patch["spec"]["taints"] == [
         {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
@@ -394,15 +386,6 @@ def test_retry_round_trip_reserve_release_reserve() -> None:
     assert again.reservation.run_uid == "uid-run-2"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: reservation_patch deletes the next-attempt annotation but records only the request (not the "
-        "attempt) in the reservation detail, so a rollback (release_patch(restore_request=True), as "
-        "admission.rollback and recovery do) restores the certify label without the attempt: the next "
-        "admission of a retried group starts again at attempt 1, resetting the retry budget"
-    ),
-)
 def test_rollback_of_a_retry_admission_keeps_its_attempt() -> None:
     node = make_node("gpu-000").requested(PROFILE).annotation(keys.ATTEMPT_ANNOTATION, f"{PROFILE}:2").build()
     reserved = merge(node, reservation_patch(node, RUN, 0))
@@ -444,15 +427,6 @@ def test_node_view_next_attempt(value: str | None, expected: tuple[str, int] | N
     assert builder.view().next_attempt == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason=(
-        "BUG: controller/nodes._next_attempt guards int() with str.isdigit(), which is True for non-ASCII "
-        "digits such as '²' that int() rejects: node_view raises ValueError on a Node annotated "
-        "'projectsignal.dev/next-attempt: p:²' (the Node informer cannot parse that Node) instead of None"
-    ),
-)
 @pytest.mark.parametrize("value", ["p:²", "p:①"])
 def test_node_view_next_attempt_non_ascii_digit_is_garbled(value: str) -> None:
     assert make_node("n").annotation(keys.ATTEMPT_ANNOTATION, value).view().next_attempt is None
@@ -527,14 +501,6 @@ def test_reported_digests(case: str) -> None:
     assert reported_digests(given) == expected
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason=(
-        "BUG: controller/accept.reported_digests guards int() with str.isdigit(), which accepts '²': "
-        "a check step whose index input is '²' raises ValueError instead of being ignored"
-    ),
-)
 def test_reported_digests_non_ascii_digit_index_is_ignored() -> None:
     assert reported_digests(workflow(step("²"), step("1"))) == {1: DIGEST}
 

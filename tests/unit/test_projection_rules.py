@@ -149,15 +149,6 @@ def test_supersedes_is_antisymmetric_between_different_runs() -> None:
             assert not (supersedes(x, y) and supersedes(y, x))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason=(
-        "BUG: controller/projection.supersedes compares new['runCreated'] > old.get('runCreated', '') "
-        "without checking the recorded value is a string: a garbled but JSON-object annotation on a Node "
-        "(runCreated null or a number) raises TypeError, so projection_patch crashes instead of replacing it"
-    ),
-)
 @pytest.mark.parametrize("garbled", [None, 5, ["2026"]], ids=["null", "number", "list"])
 def test_garbled_recorded_time_is_replaced(garbled: Any) -> None:
     old = {"runUID": "other", "runCreated": garbled}
