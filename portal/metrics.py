@@ -1,0 +1,30 @@
+"""The portal's Prometheus metrics, in a registry of its own (served at /metrics)."""
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from portal.index import Index
+
+REGISTRY = CollectorRegistry()
+REQUESTS = Counter("signal_portal_requests_total", "HTTP requests served", ["route", "code"], registry=REGISTRY)
+LATENCY = Histogram(
+    "signal_portal_request_seconds",
+    "HTTP request latency",
+    ["route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+    registry=REGISTRY,
+)
+RESULTS = Gauge("signal_portal_results", "Results in the index, by state", ["state"], registry=REGISTRY)
+REFRESH = Histogram("signal_portal_refresh_seconds", "Time to rebuild the index", registry=REGISTRY)
+EVIDENCE_FETCHES = Counter("signal_portal_evidence_fetches_total", "Evidence ConfigMaps fetched", registry=REGISTRY)
+AUTH_REVIEWS = Counter(
+    "signal_portal_auth_reviews_total", "TokenReviews and SubjectAccessReviews sent", ["kind"], registry=REGISTRY
+)
+
+
+def observe_index(index: "Index", seconds: float) -> None:
+    REFRESH.observe(seconds)
+    for state, count in index.counts().items():
+        RESULTS.labels(state).set(count)
