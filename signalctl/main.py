@@ -1,11 +1,24 @@
-"""Entry point of ``signalctl``: dispatches to subcommands."""
+"""Entry point of ``signalctl``: ``demo`` goes to signalctl/demo.py (which needs the local
+cluster, so it is loaded only when asked); every operator command goes to
+signalctl/commands.py."""
 
 import sys
 
-USAGE = """usage: signalctl COMMAND [options]
+USAGE = """usage: signalctl COMMAND [options]   (signalctl COMMAND --help for its options)
 
 commands:
-  demo    start the local control plane with a simulated GPU fleet (Ctrl-C stops it)
+  get runs [-A] [--profile P]        list CertificationRuns
+  describe run RUN                   a Run's status, checks, participants and Events
+  evidence verify RUN                recompute a Run's evidence digests and decision (exit 0 ok, 1 mismatch, 2 missing)
+  request PROFILE NODE... [--force]  request certification of Nodes (label projectsignal.dev/certify)
+  cancel RUN                         cancel a Run (spec.cancel)
+  release RUN                        release a finished Run's Nodes (spec.release)
+  demo                               start the local control plane with a simulated GPU fleet (Ctrl-C stops it)
+
+options of the operator commands:
+  --kubeconfig FILE   default $KUBECONFIG, then ~/.kube/config
+  -n, --namespace NS  namespace of the Runs (default signal-system, or $SIGNAL_NAMESPACE)
+  --wait [--timeout 30m]  (request, cancel, release) print progress until done
 """
 
 
@@ -19,8 +32,12 @@ def main(argv: list[str] | None = None) -> int:
         from signalctl import demo  # noqa: PLC0415 - the demo pulls in the local cluster; load it only when asked
 
         return demo.main(rest)
-    print(f"signalctl: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+    from signalctl import commands  # noqa: PLC0415 - keeps `signalctl --help` and `demo` free of the API client
+
+    try:
+        return commands.main(args)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else 2
 
 
 if __name__ == "__main__":

@@ -54,3 +54,47 @@ def node_rows(nodes: Sequence[dict[str, Any]], now: datetime | None = None) -> l
 
 
 NODE_HEADERS = ("NAME", "STATUS", "ROLES", "AGE", "VERSION", "GPUS", "ZONE", "RACK")
+
+
+RUN_HEADERS = ("NAME", "PROFILE", "PHASE", "REASON", "NODES", "CHECKS", "AGE")
+MAX_NODE_NAMES = 3
+
+
+def nodes_cell(participants: Sequence[dict[str, Any]]) -> str:
+    """Participant Node names in index order, at most three, then ``+N``."""
+    names = [p.get("nodeName", "?") for p in sorted(participants, key=lambda p: p.get("index", 0))]
+    if len(names) <= MAX_NODE_NAMES:
+        return ",".join(names) or "<none>"
+    return ",".join(names[:MAX_NODE_NAMES]) + f",+{len(names) - MAX_NODE_NAMES}"
+
+
+def checks_cell(checks: Sequence[dict[str, Any]], verdicts: Sequence[dict[str, Any]]) -> str:
+    """``2/3 passed`` (of the Run's checks), with the failures and inconclusive ones counted."""
+    counts = {"Pass": 0, "Fail": 0, "Inconclusive": 0}
+    for verdict in verdicts:
+        if verdict.get("verdict") in counts:
+            counts[verdict["verdict"]] += 1
+    cell = f"{counts['Pass']}/{len(checks)} passed"
+    if counts["Fail"]:
+        cell += f", {counts['Fail']} failed"
+    if counts["Inconclusive"]:
+        cell += f", {counts['Inconclusive']} inconclusive"
+    return cell
+
+
+def run_rows(runs: Sequence[dict[str, Any]], now: datetime, *, all_namespaces: bool = False) -> list[list[str]]:
+    """Rows of RUN_HEADERS (NAMESPACE first when listing all namespaces), by namespace and name."""
+    rows = []
+    for run in sorted(runs, key=lambda r: (r["metadata"].get("namespace", ""), r["metadata"]["name"])):
+        meta, spec, status = run["metadata"], run.get("spec") or {}, run.get("status") or {}
+        row = [
+            meta["name"],
+            (spec.get("profile") or {}).get("name", ""),
+            status.get("phase") or "Pending",
+            status.get("reason") or "",
+            nodes_cell(spec.get("participants") or []),
+            checks_cell(spec.get("checks") or [], status.get("checkVerdicts") or []),
+            age(meta.get("creationTimestamp"), now),
+        ]
+        rows.append([meta.get("namespace", ""), *row] if all_namespaces else row)
+    return rows

@@ -1,0 +1,201 @@
+"""The operator commands of ``signalctl`` (everything but ``demo``): the argument parser, the
+connection, and the read-only commands ``get runs``, ``describe run`` and ``evidence verify``.
+The writing commands (``request``, ``cancel``, ``release``) are in signalctl/actions.py.
+
+Every failure is a ``CommandError`` whose message says what failed, for which object, and
+what to do; this module prints it and returns its exit status. Talks to the API server only
+through ``kubeio.Kube`` with the operator's kubeconfig."""
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aiohttp
+
+from kubeio.client import Kube, Obj, resource_path
+from kubeio.errors import ApiError, Forbidden, NotFound
+from shared import keys
+from shared.durations import DurationError, parse_duration
+from signalctl import actions, describe, tables, verify
+from signalctl.kubectx import (
+    DEFAULT_NAMESPACE,
+    CommandError,
+    connect,
+    explain,
+    get_run,
+    resolve_kubeconfig,
+    unreachable,
+)
+
+Handler = Callable[[Kube, argparse.Namespace], Awaitable[int]]
+
+
+async def list_runs(kube: Kube, namespace: str | None) -> list[Obj]:
+    """Every Run of ``namespace`` (all namespaces when None), page by page."""
+    path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)
+    items: list[Obj] = []
+    token = ""
+    while True:
+        query = {"limit": "500", **({"continue": token} if token else {})}
+        try:
+            page = await kube.get(path, **query)
+        except ApiError as exc:
+            where = f"namespace {namespace}" if namespace else "all namespaces"
+            raise CommandError(explain(exc, "list", f"Runs in {where}")) from exc
+        items += page.get("items", [])
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
+
+
+async def cmd_get_runs(kube: Kube, args: argparse.Namespace) -> int:
+    runs = await list_runs(kube, None if args.all_namespaces else args.namespace)
+    if args.profile:
+        runs = [r for r in runs if ((r.get("spec") or {}).get("profile") or {}).get("name") == args.profile]
+    if not runs:
+        where = "any namespace" if args.all_namespaces else f"namespace {args.namespace}"
+        suffix = f" of profile {args.profile}" if args.profile else ""
+        print(f"No Runs{suffix} found in {where}.")
+        return 0
+    headers = ("NAMESPACE", *tables.RUN_HEADERS) if args.all_namespaces else tables.RUN_HEADERS
+    print(tables.render(headers, tables.run_rows(runs, datetime.now(UTC), all_namespaces=args.all_namespaces)))
+    return 0
+
+
+async def _node_or_reason(kube: Kube, name: str) -> Obj | str | None:
+    try:
+        return await kube.get(resource_path("v1", "nodes", name=name))
+    except NotFound:
+        return None
+    except ApiError as exc:
+        return describe.UNREADABLE if isinstance(exc, Forbidden) else f"<error: HTTP {exc.status}>"
+
+
+async def cmd_describe_run(kube: Kube, args: argparse.Namespace) -> int:
+    run = await get_run(kube, args.namespace, args.name)
+    nodes = {p["nodeName"]: await _node_or_reason(kube, p["nodeName"]) for p in run["spec"]["participants"]}
+    events: list[Obj] | None
+    try:
+        answer = await kube.get(
+            resource_path("v1", "events", args.namespace),
+            fieldSelector=f"involvedObject.uid={run['metadata']['uid']}",
+        )
+        events = answer.get("items", [])
+    except ApiError as exc:
+        print(f"signalctl: warning: {explain(exc, 'list', f'Events in namespace {args.namespace}')}", file=sys.stderr)
+        events = None
+    print(describe.describe_run(run, nodes, events, datetime.now(UTC)))
+    return 0
+
+
+async def _config_map(kube: Kube, namespace: str, name: str) -> Obj | None:
+    try:
+        return await kube.get(resource_path("v1", "configmaps", namespace, name))
+    except NotFound:
+        return None
+    except ApiError as exc:
+        raise CommandError(explain(exc, "get", f"ConfigMap {namespace}/{name}")) from exc
+
+
+async def cmd_verify(kube: Kube, args: argparse.Namespace) -> int:
+    run = await get_run(kube, args.namespace, args.name, missing_code=2)
+    ref = (run.get("status") or {}).get("evidence") or {}
+    run_cm = await _config_map(kube, args.namespace, ref["configMap"]) if ref.get("configMap") else None
+    check_cms = {
+        index: await _config_map(kube, args.namespace, verify.check_config_map_name(args.name, index))
+        for index in range(len(run["spec"]["checks"]))
+    }
+    findings = verify.verify(run, run_cm, check_cms)
+    print("\n".join(verify.render(findings)))
+    code = verify.exit_code(findings)
+    verdict = {0: "verified", 1: "DOES NOT VERIFY", 2: "INCOMPLETE: something needed is missing"}[code]
+    print(f"Run {args.namespace}/{args.name}: evidence {verdict}")
+    return code
+
+
+def _duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except DurationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Connection options are accepted before or after the command; SUPPRESS keeps a
+    # subcommand from resetting what was given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--kubeconfig", default=argparse.SUPPRESS, help="kubeconfig (default $KUBECONFIG, ~/.kube/config)"
+    )
+    common.add_argument(
+        "-n", "--namespace", default=argparse.SUPPRESS, help=f"namespace of the Runs (default {DEFAULT_NAMESPACE})"
+    )
+    parser = argparse.ArgumentParser(prog="signalctl", description="Operate Project Signal certification Runs.")
+    parser.add_argument("--kubeconfig", default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "-n", "--namespace", default=os.environ.get("SIGNAL_NAMESPACE", DEFAULT_NAMESPACE), help=argparse.SUPPRESS
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    get = commands.add_parser("get", help="list objects").add_subparsers(dest="kind", required=True, metavar="KIND")
+    runs = get.add_parser("runs", aliases=["run"], parents=[common], help="list CertificationRuns")
+    runs.add_argument("-A", "--all-namespaces", action="store_true", help="Runs of every namespace")
+    runs.add_argument("--profile", help="only Runs of this CertificationProfile")
+    runs.set_defaults(handler=cmd_get_runs)
+    desc = commands.add_parser("describe", help="show one object in detail")
+    desc_kinds = desc.add_subparsers(dest="kind", required=True, metavar="KIND")
+    one = desc_kinds.add_parser("run", parents=[common], help="a CertificationRun, its Nodes and Events")
+    one.add_argument("name")
+    one.set_defaults(handler=cmd_describe_run)
+    evidence = commands.add_parser("evidence", help="work with a Run's evidence")
+    evidence_kinds = evidence.add_subparsers(dest="action", required=True, metavar="ACTION")
+    check = evidence_kinds.add_parser(
+        "verify", parents=[common], help="recompute a Run's evidence digests and decision (exit 0/1/2)"
+    )
+    check.add_argument("name", metavar="RUN")
+    check.set_defaults(handler=cmd_verify)
+    waiting = argparse.ArgumentParser(add_help=False)
+    waiting.add_argument("--wait", action="store_true", help="show progress until done")
+    waiting.add_argument("--timeout", type=_duration, default=timedelta(minutes=30), help="for --wait (default 30m)")
+    request = commands.add_parser(
+        "request", parents=[common, waiting], help="request certification of Nodes by a profile"
+    )
+    request.add_argument("profile")
+    request.add_argument("nodes", nargs="+", metavar="NODE")
+    request.add_argument("--force", action="store_true", help="also request Nodes that a Run holds reserved")
+    request.set_defaults(handler=actions.cmd_request)
+    cancel = commands.add_parser("cancel", parents=[common, waiting], help="cancel a Run (spec.cancel)")
+    cancel.add_argument("name", metavar="RUN")
+    cancel.set_defaults(handler=actions.cmd_cancel)
+    release = commands.add_parser(
+        "release", parents=[common, waiting], help="release a finished Run's Nodes (spec.release)"
+    )
+    release.add_argument("name", metavar="RUN")
+    release.set_defaults(handler=actions.cmd_release)
+    return parser
+
+
+async def _execute(handler: Handler, args: argparse.Namespace) -> int:
+    kubeconfig = resolve_kubeconfig(args.kubeconfig, dict(os.environ), Path.home())
+    kube = await connect(kubeconfig)
+    try:
+        return await handler(kube, args)
+    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+        raise CommandError(unreachable(kube, exc)) from exc
+    finally:
+        await kube.close()
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(_execute(args.handler, args))
+    except CommandError as exc:
+        print(f"signalctl: {exc.message}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("signalctl: interrupted", file=sys.stderr)
+        return 130

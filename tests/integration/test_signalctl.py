@@ -1,0 +1,358 @@
+"""``signalctl`` as an operator runs it: a subprocess with a kubeconfig, against the real API
+server. Evidence is produced the way the acceptance corpus does it (tests/integration/
+test_acceptance_corpus.py): a Run created as admin, check evidence from tests/evidence_builders.py,
+then the controller's own acceptance (controller.accept.accept) in-process."""
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.accept import accept, check_evidence_name
+from controller.state import Context
+from kubeio.client import Kube
+from localcluster import identities
+from localcluster.cluster import LocalCluster
+from localcluster.fleet import SimNode
+from localcluster.kube import KubeClient, resource_path
+from shared import keys
+from shared.digests import bundle_digest
+from tests import evidence_builders as eb
+from tests.controller_support import install_rbac, profile_body
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+API = keys.API_VERSION
+SIGNALCTL = str(Path(sys.executable).parent / "signalctl")
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+async def ctx(cluster: LocalCluster, namespace: str, admin: KubeClient) -> AsyncIterator[Context]:
+    await install_rbac(admin, namespace)
+    kube = Kube(identities.admin(cluster.plane).api_client(), field_manager="signal-controller")
+    yield Context(kube, namespace, "signalctl-test")
+    await kube.close()
+
+
+@pytest.fixture
+def kubeconfig(cluster: LocalCluster, tmp_path: Path) -> Path:
+    return identities.admin(cluster.plane).kubeconfig(tmp_path / "admin.kubeconfig")
+
+
+async def signalctl(kubeconfig: Path, *args: str, timeout: float = 60) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        SIGNALCTL,
+        *args,
+        "--kubeconfig",
+        str(kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def _nodes(cluster: LocalCluster, prefix: str, count: int = 2) -> list[Obj]:
+    return await cluster.add_nodes([SimNode(f"{prefix}-{i}") for i in range(count)])
+
+
+async def _run(admin: KubeClient, namespace: str, nodes: list[Obj], profile: str, checks: int = 1) -> Obj:
+    name = f"r-{uuid.uuid4().hex[:8]}"
+    body = {
+        "apiVersion": API,
+        "kind": keys.RUN_KIND,
+        "metadata": {"name": name, "namespace": namespace, "labels": {keys.PROFILE_LABEL: profile}},
+        "spec": {
+            "profile": {"name": profile, "uid": str(uuid.uuid4()), "generation": 1},
+            "checks": [
+                {"name": f"check-{i}", "scriptKey": "s.sh", "backend": "Pod", "backendActiveDeadline": "1m"}
+                for i in range(checks)
+            ],
+            "source": {"digest": bundle_digest({"s.sh": "exit 0"}, {}), "snapshotConfigMap": f"{name}-scripts"},
+            "participants": [
+                {"index": i, "nodeName": n["metadata"]["name"], "nodeUID": n["metadata"]["uid"]}
+                for i, n in enumerate(nodes)
+            ],
+            "suiteDeadlineSeconds": 600,
+        },
+    }
+    await admin.create(resource_path(API, keys.RUN_PLURAL, namespace), body)
+    status = {"status": {"phase": "Running", "startTime": "2026-11-30T00:00:00Z"}}
+    return await admin.merge_patch(resource_path(API, keys.RUN_PLURAL, namespace, name, "status"), status)
+
+
+def _workflow(run: Obj, digests: dict[int, str], phase: str = "Succeeded") -> Obj:
+    nodes = {
+        f"n{i}": {
+            "templateName": "check",
+            "phase": "Succeeded",
+            "inputs": {"parameters": [{"name": "index", "value": str(i)}]},
+            "outputs": {"parameters": [{"name": "evidence-digest", "value": d}]},
+        }
+        for i, d in digests.items()
+    }
+    return {"metadata": {"name": run["metadata"]["name"]}, "status": {"phase": phase, "nodes": nodes}}
+
+
+async def _store(admin: KubeClient, namespace: str, name: str, body: Obj) -> None:
+    await admin.create(resource_path("v1", "configmaps", namespace), {**body, "metadata": {"name": name}})
+
+
+async def _finished(ctx: Context, admin: KubeClient, cluster: LocalCluster, profile: str, checks: int = 2) -> Obj:
+    """A Run whose checks all passed, accepted by the controller's code."""
+    nodes = await _nodes(cluster, f"{ctx.namespace}-{profile}")
+    run = await _run(admin, ctx.namespace, nodes, profile, checks)
+    digests = {}
+    for index in range(checks):
+        document = eb.check_evidence(run, index)
+        digests[index] = eb.digest_of(document)
+        name = check_evidence_name(run["metadata"]["name"], index)
+        await _store(admin, ctx.namespace, name, eb.config_map(name, document))
+    await accept(ctx, run, _workflow(run, digests), deadline_passed=False)
+    return await admin.get(resource_path(API, keys.RUN_PLURAL, ctx.namespace, run["metadata"]["name"]))
+
+
+def _lines(out: str, state: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(state)]
+
+
+async def test_verify_passes_then_catches_a_replaced_and_a_missing_check(
+    ctx: Context, cluster: LocalCluster, admin: KubeClient, kubeconfig: Path
+) -> None:
+    run = await _finished(ctx, admin, cluster, "vfy")
+    name, ns = run["metadata"]["name"], ctx.namespace
+    assert run["status"]["phase"] == "Succeeded"
+    rc, out, err = await signalctl(kubeconfig, "evidence", "verify", name, "-n", ns)
+    assert rc == 0, out + err
+    assert not _lines(out, "MISMATCH"), out
+    assert not _lines(out, "MISSING"), out
+    assert "OK        Run evidence digest" in out
+    assert "check 1 check-1 verdict: Pass" in out
+    assert "Run decision: Succeeded (AllChecksPassed) follows from the recorded checks" in out
+    assert out.strip().endswith("evidence verified")
+
+    # ConfigMaps are immutable: an attacker deletes check 1's evidence and creates a forged one.
+    cm = check_evidence_name(name, 1)
+    await admin.delete(resource_path("v1", "configmaps", ns, cm))
+    forged = eb.check_evidence(run, 1, verdicts={0: "Fail"})
+    await _store(admin, ns, cm, eb.config_map(cm, forged))
+    rc, out, err = await signalctl(kubeconfig, "evidence", "verify", name, "-n", ns)
+    assert rc == 1, out + err
+    mismatched = _lines(out, "MISMATCH")
+    assert any("check 1 check-1 evidence" in line for line in mismatched), out
+    assert any("check 1 check-1 digest" in line for line in mismatched), out
+    assert any("check 1 check-1 verdict" in line and "re-validation gives Fail" in line for line in mismatched), out
+    assert "check 0 check-0 evidence: ConfigMap" in out
+    assert "DOES NOT VERIFY" in out
+
+    await admin.delete(resource_path("v1", "configmaps", ns, check_evidence_name(name, 0)))
+    rc, out, err = await signalctl(kubeconfig, "evidence", "verify", name, "-n", ns)
+    assert rc == 2, out + err
+    assert any("check 0 check-0 evidence" in line and "not found" in line for line in _lines(out, "MISSING")), out
+
+
+CORPUS = ["failing-participant", "other-run-uid", "cleanup-failed-but-pass", "missing-evidence", "truncated-gzip"]
+
+
+@pytest.mark.parametrize("case", [*CORPUS, "digest-reported-differently", "workflow-failed", "node-replaced"])
+async def test_verify_agrees_with_every_recorded_decision(
+    ctx: Context, cluster: LocalCluster, admin: KubeClient, kubeconfig: Path, case: str
+) -> None:
+    """Negative outcomes verify too: verify checks the record, not that the Run passed."""
+    nodes = await _nodes(cluster, f"{ctx.namespace}-{case[:12]}")
+    run = await _run(admin, ctx.namespace, nodes, "corpus")
+    valid = eb.check_evidence(run)
+    name = check_evidence_name(run["metadata"]["name"], 0)
+    reported, phase, stored = eb.digest_of(valid), "Succeeded", eb.config_map(name, valid)
+    if case == "failing-participant":
+        stored = eb.config_map(name, eb.check_evidence(run, verdicts={1: "Fail"}))
+        reported = eb.digest_of(eb.check_evidence(run, verdicts={1: "Fail"}))
+    elif case in eb.DOCUMENT_MUTATIONS:
+        bad = eb.DOCUMENT_MUTATIONS[case](valid)
+        stored, reported = eb.config_map(name, bad), eb.digest_of(bad)
+    elif case == "truncated-gzip":
+        stored = eb.config_map(name, None, raw=eb.truncated_gzip(valid))
+    elif case == "digest-reported-differently":
+        reported = eb.digest_of(eb.check_evidence(run, verdicts={1: "Fail"}))
+    elif case == "workflow-failed":
+        phase = "Failed"
+    if case != "missing-evidence":
+        await _store(admin, ctx.namespace, name, stored)
+    if case == "node-replaced":
+        await cluster.remove_node(nodes[1]["metadata"]["name"])
+        await cluster.add_nodes([SimNode(nodes[1]["metadata"]["name"])])
+    await accept(ctx, run, _workflow(run, {0: reported}, phase), deadline_passed=False)
+    done = await admin.get(resource_path(API, keys.RUN_PLURAL, ctx.namespace, run["metadata"]["name"]))
+    assert done["status"]["phase"] in {"Failed", "Inconclusive"}, done["status"]
+    rc, out, err = await signalctl(kubeconfig, "evidence", "verify", run["metadata"]["name"], "-n", ctx.namespace)
+    assert rc == 0, f"{done['status']}\n{out}{err}"
+    assert f"Run decision: {done['status']['phase']} ({done['status']['reason']})" in out
+
+
+async def test_get_and_describe_show_phase_verdicts_and_nodes(
+    ctx: Context, cluster: LocalCluster, admin: KubeClient, kubeconfig: Path
+) -> None:
+    run = await _finished(ctx, admin, cluster, "show")
+    name, ns = run["metadata"]["name"], ctx.namespace
+    rc, out, err = await signalctl(kubeconfig, "get", "runs", "-n", ns)
+    assert rc == 0, err
+    header, row = out.splitlines()[0].split(), next(line for line in out.splitlines() if line.startswith(name))
+    assert header == ["NAME", "PROFILE", "PHASE", "REASON", "NODES", "CHECKS", "AGE"]
+    assert row.split()[1:4] == ["show", "Succeeded", "AllChecksPassed"]
+    assert "2/2 passed" in row
+    assert f"{ns}-show-0,{ns}-show-1" in row
+    rc, out, _ = await signalctl(kubeconfig, "get", "runs", "-A", "--profile", "show")
+    assert rc == 0
+    assert out.splitlines()[0].split()[0] == "NAMESPACE"
+    assert any(line.split()[:2] == [ns, name] for line in out.splitlines()[1:])
+    rc, out, _ = await signalctl(kubeconfig, "get", "runs", "-n", ns, "--profile", "nothing-like-it")
+    assert rc == 0
+    assert "No Runs of profile nothing-like-it found" in out
+
+    rc, out, err = await signalctl(kubeconfig, "describe", "run", name, "-n", ns)
+    assert rc == 0, err
+    assert "Phase:            Succeeded" in out
+    assert "Reason:           AllChecksPassed" in out
+    assert f"ConfigMap:        {run['status']['evidence']['configMap']}" in out
+    assert run["status"]["evidence"]["digest"] in out
+    assert "EvidencePersisted" in out
+    checks = out.split("Checks:")[1].split("Participants:")[0]
+    assert [line.split()[1::3] for line in checks.strip().splitlines()[1:]] == [
+        ["check-0", "Pass"],
+        ["check-1", "Pass"],
+    ]
+    participants = out.split("Participants:")[1].split("Events:")[0]
+    for p in run["spec"]["participants"]:
+        assert any(
+            line.split() == [str(p["index"]), p["nodeName"], p["nodeUID"], "Pass"] for line in participants.splitlines()
+        ), participants
+    events = out.split("Events:")[1]
+    assert "RunSucceeded" in events
+    assert "AllChecksPassed" in events
+
+
+async def test_errors_say_what_failed_and_what_to_do(cluster: LocalCluster, namespace: str, tmp_path: Path) -> None:
+    kubeconfig = identities.admin(cluster.plane).kubeconfig(tmp_path / "admin")
+    rc, _, err = await signalctl(kubeconfig, "describe", "run", "nope", "-n", namespace)
+    assert rc == 1
+    assert f"Run {namespace}/nope not found; list Runs with `signalctl get runs -A`" in err
+    rc, _, err = await signalctl(kubeconfig, "evidence", "verify", "nope", "-n", namespace)
+    assert rc == 2, err
+    assert "not found" in err
+    nobody = identities.user(cluster.plane, "carol").kubeconfig(tmp_path / "carol")
+    rc, _, err = await signalctl(nobody, "get", "runs", "-n", namespace)
+    assert rc == 1
+    assert f"not allowed to list Runs in namespace {namespace}" in err
+    assert "RBAC" in err
+
+
+async def test_request_labels_nodes_and_refuses_reserved_ones(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, kubeconfig: Path
+) -> None:
+    profile = f"p-{namespace}"
+    await admin.create(resource_path(API, keys.PROFILE_PLURAL), profile_body(profile, namespace, 2))
+    try:
+        free, held = [n["metadata"]["name"] for n in await _nodes(cluster, f"{namespace}-rq")]
+        reservation = json.dumps({"run": "holder", "namespace": namespace, "uid": "u-1", "index": 0, "request": ""})
+        await admin.merge_patch(
+            resource_path("v1", "nodes", name=held),
+            {
+                "metadata": {
+                    "labels": {keys.RESERVED_BY_LABEL: "u-1"},
+                    "annotations": {keys.RESERVATION_ANNOTATION: reservation},
+                }
+            },
+        )
+        rc, out, err = await signalctl(kubeconfig, "request", profile, free, held, "-n", namespace)
+        assert rc == 1, out + err
+        assert f"Node {held} is reserved by Run {namespace}/holder (uid u-1)" in err
+        assert "--force" in err
+        for name in (free, held):
+            labels = (await admin.get(resource_path("v1", "nodes", name=name)))["metadata"].get("labels") or {}
+            assert keys.CERTIFY_LABEL not in labels, "a refused request labels no Node"
+
+        rc, out, err = await signalctl(kubeconfig, "request", profile, free, "-n", namespace)
+        assert rc == 0, err
+        assert f"Node {free}: requested for certification by {profile}" in out
+        rc, out, err = await signalctl(kubeconfig, "request", profile, held, "--force", "-n", namespace)
+        assert rc == 0, err
+        for name in (free, held):
+            labels = (await admin.get(resource_path("v1", "nodes", name=name)))["metadata"]["labels"]
+            assert labels[keys.CERTIFY_LABEL] == profile
+
+        rc, _, err = await signalctl(kubeconfig, "request", profile, f"{namespace}-absent", "-n", namespace)
+        assert rc == 1
+        assert f"Node {namespace}-absent not found" in err
+        rc, _, err = await signalctl(kubeconfig, "request", f"{profile}-x", free, "-n", namespace)
+        assert rc == 1
+        assert f"CertificationProfile {profile}-x not found" in err
+    finally:
+        await admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=profile))
+
+
+async def test_request_wait_follows_the_run_to_the_end(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, kubeconfig: Path
+) -> None:
+    profile = f"w-{namespace}"
+    await admin.create(resource_path(API, keys.PROFILE_PLURAL), profile_body(profile, namespace, 1))
+    try:
+        nodes = await _nodes(cluster, f"{namespace}-wt", 1)
+        node = nodes[0]["metadata"]["name"]
+        process = await asyncio.create_subprocess_exec(
+            SIGNALCTL,
+            *("request", profile, node, "--wait", "--timeout", "60s", "-n", namespace, "--kubeconfig", str(kubeconfig)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        first = await asyncio.wait_for(process.stdout.readline(), 30)
+        assert b"requested for certification" in first
+        # Stand in for the controller: admit the Node into a Run, then finish it.
+        run = await _run(admin, namespace, nodes, profile)
+        status_path = resource_path(API, keys.RUN_PLURAL, namespace, run["metadata"]["name"], "status")
+        await asyncio.sleep(1.5)
+        await admin.merge_patch(
+            status_path, {"status": {"phase": "Succeeded", "reason": "AllChecksPassed", "message": "ok"}}
+        )
+        rest, err = await asyncio.wait_for(process.communicate(), 30)
+        out = rest.decode()
+        assert process.returncode == 0, out + err.decode()
+        assert f"Node {node}: admitted into Run {run['metadata']['name']} as participant 0" in out
+        assert f"Run {namespace}/{run['metadata']['name']}: Succeeded (AllChecksPassed: ok)" in out
+    finally:
+        await admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=profile))
+
+
+async def test_release_refuses_a_running_run_and_cancel_sets_the_flag(
+    ctx: Context, cluster: LocalCluster, admin: KubeClient, kubeconfig: Path
+) -> None:
+    ns = ctx.namespace
+    nodes = await _nodes(cluster, f"{ns}-rel")
+    run = await _run(admin, ns, nodes, "rel")
+    name = run["metadata"]["name"]
+    path = resource_path(API, keys.RUN_PLURAL, ns, name)
+    rc, out, err = await signalctl(kubeconfig, "release", name, "-n", ns)
+    assert rc == 1, out
+    assert f"Run {ns}/{name} is Running, not finished" in err
+    assert f"signalctl cancel {name} --wait" in err
+    assert not (await admin.get(path))["spec"].get("release")
+
+    rc, out, err = await signalctl(kubeconfig, "cancel", name, "-n", ns)
+    assert rc == 0, err
+    assert "cancel requested" in out
+    assert (await admin.get(path))["spec"]["cancel"] is True
+
+    await admin.merge_patch(f"{path}/status", {"status": {"phase": "Canceled", "reason": "Canceled"}})
+    rc, out, err = await signalctl(kubeconfig, "release", name, "-n", ns)
+    assert rc == 0, err
+    assert "release requested" in out
+    assert (await admin.get(path))["spec"]["release"] is True
+    rc, out, _ = await signalctl(kubeconfig, "cancel", name, "-n", ns)
+    assert rc == 0
+    assert "already ended Canceled; nothing to cancel" in out
