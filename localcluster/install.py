@@ -1,0 +1,108 @@
+"""Installing Signal into a local cluster the way `kubectl apply -k deploy/` would, for the
+demo and the tests: the controller's and the adapter's RBAC and the adapter WorkflowTemplate
+from deploy/base (re-namespaced), a source ConfigMap from a directory of scripts, and the
+controller itself as a local process running as its ServiceAccount."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from localcluster import identities
+from localcluster.controlplane import ControlPlane
+from localcluster.kube import KubeClient, Obj, resource_path
+from shared.digests import bundle_digest
+
+REPO = Path(__file__).resolve().parents[1]
+DEPLOY = REPO / "deploy" / "base"
+DEFAULT_NAMESPACE = "signal-system"
+PLURALS = {
+    "ServiceAccount": "serviceaccounts",
+    "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "WorkflowTemplate": "workflowtemplates",
+}
+
+
+async def apply_file(admin: KubeClient, name: str, namespace: str) -> None:
+    """Server-side apply every document of deploy/base/<name> into ``namespace``
+    (cluster-scoped bindings get a per-namespace name so namespaces do not collide)."""
+    text = (DEPLOY / name).read_text().replace(f"namespace: {DEFAULT_NAMESPACE}", f"namespace: {namespace}")
+    for doc in yaml.safe_load_all(text):
+        if not doc:
+            continue
+        if doc["kind"] == "ClusterRoleBinding" and namespace != DEFAULT_NAMESPACE:
+            doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
+        scoped = doc["kind"] not in {"ClusterRole", "ClusterRoleBinding"}
+        if scoped:
+            doc["metadata"]["namespace"] = namespace
+        path = resource_path(doc["apiVersion"], PLURALS[doc["kind"]], namespace if scoped else None)
+        await admin.apply(f"{path}/{doc['metadata']['name']}", doc)
+
+
+async def install(admin: KubeClient, namespace: str) -> None:
+    await admin.apply(
+        resource_path("v1", "namespaces", name=namespace),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+    )
+    for name in ("controller-rbac.yaml", "adapter-rbac.yaml", "adapter-workflowtemplate.yaml"):
+        await apply_file(admin, name, namespace)
+
+
+async def source_config_map(admin: KubeClient, namespace: str, name: str, scripts: Path) -> str:
+    """Create the immutable source ConfigMap from a directory of scripts; returns its digest."""
+    data = {p.name: p.read_text() for p in sorted(scripts.iterdir()) if p.is_file()}
+    await admin.apply(
+        resource_path("v1", "namespaces", name=namespace),
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+    )
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data, "immutable": True}
+    await admin.create(resource_path("v1", "configmaps", namespace), body)
+    return bundle_digest(data, {})
+
+
+def profile_from(path: Path, digest: str) -> Obj:
+    profile: dict[str, Any] = yaml.safe_load(path.read_text())
+    profile["spec"]["source"]["digest"] = digest
+    return profile
+
+
+async def start_controller(
+    plane: ControlPlane,
+    namespace: str,
+    workdir: Path,
+    *,
+    instance_id: str = "",
+    metrics_port: int = 0,
+    resync: float = 5,
+) -> subprocess.Popen[bytes]:
+    """The real signal-controller as a local process, as its ServiceAccount."""
+    sa = await identities.service_account(plane, namespace, "signal-controller", create=False)
+    config = sa.kubeconfig(workdir / "controller.kubeconfig", namespace)
+    log = (workdir / "controller.log").open("ab")
+    argv = [
+        str(Path(sys.executable).parent / "signal-controller"),
+        "--kubeconfig",
+        str(config),
+        "--namespace",
+        namespace,
+        "--identity",
+        f"controller-{namespace}",
+        "--resync",
+        str(resync),
+        "--metrics-port",
+        str(metrics_port),
+        "--workflow-instance-id",
+        instance_id,
+        "--log-format",
+        "json",
+    ]
+    try:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+    finally:
+        log.close()
