@@ -103,6 +103,7 @@ async def start_controller(
         "json",
     ]
     try:
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        # A long-lived child that outlives this call: Popen, not an awaited asyncio process.
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))  # noqa: ASYNC220
     finally:
         log.close()
