@@ -1,0 +1,224 @@
+"""The portal's pure parts and its HTTP handlers without a cluster: continuation tokens,
+the index (filters, visibility, key-based pages under concurrent writes, Node summaries) and
+the aiohttp application over a fixed index with a stand-in authorizer."""
+
+import json
+import random
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from portal.api import make_app
+from portal.auth import ALL, Caller, OpenAccess, Unauthenticated
+from portal.index import Entry, Filters, Index, RegisteredCheck, entry_of
+from portal.openapi import document
+from portal.pagination import Key, TokenError, decode_token, encode_token
+from shared.classify import classified
+from shared.envelope import State, derive, read_run_evidence
+from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run
+
+Obj = dict[str, Any]
+
+
+def test_tokens_round_trip_and_reject_garbage() -> None:
+    key: Key = ("team-a", "gpu-000", "p", "c", "uid")
+    assert decode_token(encode_token(key)) == key
+    for bad in ["", "%%%", "e30", encode_token(key)[:-3], "x" * 3000, "é", "eyJ2IjoyLCJrIjpbXX0"]:
+        with pytest.raises(TokenError):
+            decode_token(bad)
+
+
+def _entry(workspace: str, node: str, check: str = "c", run: str = "u", state: str = "Passed") -> Entry:
+    return Entry((workspace, node, "p", check, run), state, "2026-11-30T00:00:00+00:00", b"{}", None, None)
+
+
+def _walk(index_of: Any, filters: Filters, limit: int) -> list[Key]:
+    seen: list[Key] = []
+    after = None
+    while True:
+        page, more = index_of().page(filters, lambda _: True, after=after, limit=limit)
+        seen += [e.key for e in page]
+        if not more:
+            return seen
+        after = decode_token(encode_token(page[-1].key))
+
+
+def test_pages_have_no_duplicates_or_omissions_under_concurrent_writes() -> None:
+    rng = random.Random(7)
+    entries = [_entry(f"ns{w}", f"n{n:02d}", f"c{c}") for w in range(3) for n in range(10) for c in range(3)]
+    original = {e.key for e in entries}
+    current = list(entries)
+    calls = [0]
+
+    def index_of() -> Index:
+        # Each page (of the first 60) is served from a newer snapshot with more results written anywhere.
+        calls[0] += 1
+        for _ in range(5 if calls[0] < 60 else 0):
+            current.append(_entry(f"ns{rng.randrange(4)}", f"n{rng.randrange(12):02d}", "c9", str(rng.random())))
+        return Index(current)
+
+    for limit in (1, 2, 7, 100):
+        calls[0] = 0
+        walked = _walk(index_of, Filters(), limit)
+        assert len(walked) == len(set(walked))
+        assert original <= set(walked)
+        assert walked == sorted(walked)
+
+
+def test_filters_and_visibility() -> None:
+    index = Index(
+        [
+            _entry("a", "n1", "c1", state="Passed"),
+            _entry("a", "n2", "c1", state="Failed"),
+            _entry("b", "n1", "c2", state="Unknown"),
+        ]
+    )
+    everyone = lambda _: True  # noqa: E731
+    only_a = {"a"}.__contains__
+    assert [e.key[1] for e in index.page(Filters(node="n1"), everyone, after=None, limit=10)[0]] == ["n1", "n1"]
+    assert len(index.page(Filters(node="n1"), only_a, after=None, limit=10)[0]) == 1
+    assert index.page(Filters(workspace="b"), only_a, after=None, limit=10) == ([], False)
+    assert len(index.page(Filters(state=State.FAILED), everyone, after=None, limit=10)[0]) == 1
+    assert len(index.page(Filters(check="p/c2"), everyone, after=None, limit=10)[0]) == 1
+    assert len(index.page(Filters(check="c1"), everyone, after=None, limit=10)[0]) == 2
+    page, more = index.page(Filters(), everyone, after=None, limit=2)
+    assert more
+    assert len(page) == 2
+    assert index.page(Filters(), everyone, after=page[-1].key, limit=2) == ([index.entries[2]], False)
+
+
+@dataclass
+class Users:
+    """Stand-in authorizer: token -> workspaces."""
+
+    grants: dict[str, set[str]]
+
+    async def caller(self, authorization: str | None) -> Caller:
+        token = (authorization or "").removeprefix("Bearer ")
+        if token not in self.grants:
+            raise Unauthenticated("the token was not accepted")
+        return Caller(token)
+
+    async def visible(self, caller: Caller, workspaces: Iterable[str]) -> frozenset[str]:
+        return frozenset(self.grants[caller.user])
+
+
+@dataclass
+class Fixed:
+    index: Index
+
+    def ready(self) -> bool:
+        return True
+
+
+def _results(name: str, namespace: str, **kw: Any) -> list[Entry]:
+    run = make_run(name, namespace=namespace)
+    done, cm, _, digest = accepted(run, [evidence(run, **kw)])
+    derived = derive(done, read_run_evidence(cm, expected_digest=digest), cluster="c", observed_at=NOW)
+    uids = {p["nodeName"]: p["nodeUID"] for p in run["spec"]["participants"]}
+    return [
+        entry_of(classified(r, current_node_uid=uids[r.target.name], now=NOW, window=timedelta(days=7)))
+        for r in derived
+    ]
+
+
+def _index() -> Index:
+    entries = _results("r1", "team-a") + _results("r2", "team-b", verdicts={0: "Fail"})
+    check = RegisteredCheck("gpu-basic", "inventory", 0, "Pod", 1, "sha256:" + "0" * 64, 604800)
+    return Index(entries, checks=[check], node_uids={"gpu-000": "uid-0", "gpu-001": "uid-1"}, built_at=NOW)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[TestClient[Any, Any]]:
+    app = make_app(Fixed(_index()), Users({"alice": {"team-a"}, "root": {ALL}, "nobody": set()}))
+    async with TestClient(TestServer(app)) as test_client:
+        yield test_client
+
+
+def _auth(user: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {user}"}
+
+
+async def test_listing_is_limited_to_visible_workspaces(client: TestClient[Any, Any]) -> None:
+    answer = await client.get("/api/v1/results", headers=_auth("alice"))
+    assert answer.status == 200
+    body = await answer.json()
+    assert {item["scope"]["workspace"] for item in body["items"]} == {"team-a"}
+    assert body["continue"] is None
+    assert all("details" not in item for item in body["items"])
+    root = await (await client.get("/api/v1/results", headers=_auth("root"))).json()
+    assert len(root["items"]) == 4
+    none = await (await client.get("/api/v1/results?workspace=team-b", headers=_auth("alice"))).json()
+    assert none["items"] == []
+
+
+async def test_invisible_result_is_indistinguishable_from_nonexistent(client: TestClient[Any, Any]) -> None:
+    root = await (await client.get("/api/v1/results?workspace=team-b", headers=_auth("root"))).json()
+    hidden = root["items"][0]["id"]
+    mine = await client.get(f"/api/v1/results/{hidden}", headers=_auth("alice"))
+    made_up = await client.get("/api/v1/results/team-b~gpu-000~p~c~nope", headers=_auth("alice"))
+    assert mine.status == made_up.status == 404
+    assert await mine.json() == await made_up.json()
+    detail = await (await client.get(f"/api/v1/results/{hidden}", headers=_auth("root"))).json()
+    assert detail["state"] in {"Failed", "Passed"}
+    assert detail["detailsSchema"] == "projectsignal.dev/check-evidence/v1"
+    assert detail["details"]["schema"] == "projectsignal.dev/check-evidence/v1"
+
+
+async def test_node_summary_and_checks(client: TestClient[Any, Any]) -> None:
+    summary = await (await client.get("/api/v1/nodes/gpu-000", headers=_auth("root"))).json()
+    assert summary["uid"] == "uid-0"
+    (row,) = summary["checks"]
+    assert row["check"] == "gpu-basic/inventory"
+    assert row["state"] == "Failed"  # the newest result: r2 (team-b) failed gpu-000
+    alice = await (await client.get("/api/v1/nodes/gpu-000", headers=_auth("alice"))).json()
+    assert alice["checks"][0]["state"] == "Passed"
+    nobody = await (await client.get("/api/v1/nodes/gpu-001", headers=_auth("nobody"))).json()
+    assert nobody["checks"][0]["state"] == "Unknown"
+    assert nobody["checks"][0]["reason"] == "NoResult"
+    assert (await client.get("/api/v1/nodes/no-such-node", headers=_auth("root"))).status == 404
+    checks = await (await client.get("/api/v1/checks", headers=_auth("nobody"))).json()
+    assert [c["id"] for c in checks["items"]] == ["gpu-basic/inventory"]
+
+
+async def test_errors(client: TestClient[Any, Any]) -> None:
+    assert (await client.get("/api/v1/results")).status == 401
+    assert (await client.get("/api/v1/results", headers=_auth("mallory"))).status == 401
+    for query in ("limit=0", "limit=1001", "limit=x", "state=Healthy", "continue=zzz", "node="):
+        answer = await client.get(f"/api/v1/results?{query}", headers=_auth("root"))
+        assert answer.status == 400, query
+        assert (await answer.json())["error"]["reason"] == "BadRequest"
+
+
+async def test_pagination_over_http(client: TestClient[Any, Any]) -> None:
+    ids: list[str] = []
+    url = "/api/v1/results?limit=1"
+    while True:
+        body = await (await client.get(url, headers=_auth("root"))).json()
+        ids += [item["id"] for item in body["items"]]
+        if body["continue"] is None:
+            break
+        url = f"/api/v1/results?limit=1&continue={body['continue']}"
+    assert len(ids) == len(set(ids)) == 4
+
+
+async def test_service_endpoints() -> None:
+    app = make_app(Fixed(_index()), OpenAccess())
+    async with TestClient(TestServer(app)) as test_client:
+        assert (await test_client.get("/healthz")).status == 200
+        assert (await test_client.get("/readyz")).status == 200
+        assert (await test_client.get("/api/v1/results")).status == 200
+        spec = await (await test_client.get("/api/v1/openapi.json")).json()
+        assert spec == json.loads(json.dumps(document()))
+        assert set(spec["paths"]) == {
+            "/api/v1/checks",
+            "/api/v1/results",
+            "/api/v1/results/{id}",
+            "/api/v1/nodes/{name}",
+        }
+        metrics = await (await test_client.get("/metrics")).text()
+        assert "signal_portal_requests_total" in metrics
