@@ -3,12 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint deps kplane crds
+.PHONY: demo test lint deps kplane argo crds
 
-demo: deps kplane
+demo: deps kplane argo
 	$(BIN)/signalctl demo
 
-test: deps kplane lint
+test: deps kplane argo lint
 	$(BIN)/python -m pytest
 
 lint: deps
@@ -28,6 +28,10 @@ $(VENV)/.installed: pyproject.toml
 
 kplane:
 	localcluster/kplane/build.sh >/dev/null
+
+# Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
+argo:
+	localcluster/argo/build.sh >/dev/null
 
 crds: deps
 	$(BIN)/python -m shared.crdgen crds

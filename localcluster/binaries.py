@@ -6,6 +6,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = Path(__file__).resolve().parent / "kplane" / "build.sh"
+ARGO_BUILD_SCRIPT = Path(__file__).resolve().parent / "argo" / "build.sh"
 
 
 class BuildError(RuntimeError):
@@ -26,6 +27,25 @@ def kplane_binary(*, show_progress: bool = False) -> Path:
         raise BuildError(
             f"building the local control plane failed (exit {result.returncode}); "
             f"run {BUILD_SCRIPT} to see why:\n{(result.stderr or '')[-4000:]}"
+        )
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+def argo_build_dir() -> Path:
+    """Directory holding Argo's ``workflow-controller`` and ``argoexec`` and the extra Argo CRDs
+    (``crds/``): ``$SIGNAL_ARGO_BUILD`` or the cached build of localcluster/argo (built on first
+    use). Local test infrastructure only, never shipped."""
+    override = os.environ.get("SIGNAL_ARGO_BUILD")
+    if override:
+        path = Path(override)
+        if not all(os.access(path / tool, os.X_OK) for tool in ("workflow-controller", "argoexec")):
+            raise BuildError(f"SIGNAL_ARGO_BUILD={override} does not hold workflow-controller and argoexec")
+        return path
+    result = subprocess.run(["bash", str(ARGO_BUILD_SCRIPT)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(
+            f"building Argo Workflows failed (exit {result.returncode}); "
+            f"run {ARGO_BUILD_SCRIPT} to see why:\n{(result.stderr or '')[-4000:]}"
         )
     return Path(result.stdout.strip().splitlines()[-1])
 

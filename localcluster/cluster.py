@@ -1,6 +1,8 @@
 """The whole local cluster as one async context: control plane, Signal and upstream
 CRDs (installed before the garbage collector starts), a proven garbage collector,
-simulated GPU Nodes with a heartbeat, the process kubelet and a simulated MPI operator."""
+simulated GPU Nodes with a heartbeat, the process kubelet, a simulated MPI operator and
+Argo Workflows' real workflow-controller (local test infrastructure, see
+``localcluster.argoworkflows``) with a simulated system Node for its Pods."""
 
 import asyncio
 import contextlib
@@ -13,6 +15,8 @@ from types import TracebackType
 import structlog
 
 from localcluster import identities
+from localcluster.argoworkflows import ArgoController, extra_crd_files, system_node
+from localcluster.binaries import argo_build_dir
 from localcluster.controlplane import ControlPlane
 from localcluster.crds import (
     install_crds,
@@ -35,11 +39,14 @@ class LocalCluster:
     plane: ControlPlane = field(default_factory=ControlPlane)
     heartbeat_seconds: float = 10.0
     install_upstream: bool = True
+    with_argo: bool = True
+    """Run Argo's workflow-controller (needs ``install_upstream``)."""
     simulated: set[str] = field(default_factory=set)
     timings: dict[str, float] = field(default_factory=dict)
     admin_client: KubeClient | None = None
     kubelet: ProcessKubelet | None = None
     mpi_operator: MPIOperator | None = None
+    argo: ArgoController | None = None
     _heartbeat: asyncio.Task[None] | None = None
 
     @property
@@ -76,6 +83,11 @@ class LocalCluster:
         self.timings["api"] = time.monotonic() - began
         self.admin_client = identities.admin(self.plane).client()
         files = project_crd_files() + (upstream_crd_files() if self.install_upstream else [])
+        argo_dir = None
+        if self.install_upstream and self.with_argo:
+            say("building (or finding) Argo Workflows' workflow-controller and argoexec")
+            argo_dir = await asyncio.to_thread(argo_build_dir)
+            files += extra_crd_files(argo_dir)
         say(f"installing {len(files)} CRDs")
         await install_crds(self.admin, files)
         self.timings["crds"] = time.monotonic() - began
@@ -83,11 +95,26 @@ class LocalCluster:
         self.plane.start_controllers()
         say("proving the garbage collector with a canary")
         self.timings["gc_canary"] = await prove_garbage_collection(self.admin)
-        self.kubelet = ProcessKubelet(self.admin, self.plane.workdir / "kubelet", lambda n: n in self.simulated)
+        # In-cluster config for Pods: the API server answers on 127.0.0.1 (its certificate covers it).
+        service_env = {
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(self.plane.apiserver_port),
+        }
+        self.kubelet = ProcessKubelet(
+            self.admin, self.plane.workdir / "kubelet", lambda n: n in self.simulated, service_env=service_env
+        )
         await self.kubelet.start()
         if self.install_upstream:
             self.mpi_operator = MPIOperator(self.admin)
             await self.mpi_operator.start()
+        if argo_dir is not None:
+            say("starting Argo's workflow-controller")
+            node = system_node()
+            self.simulated.add(node["metadata"]["name"])
+            await self.admin.create(resource_path("v1", "nodes"), node)
+            self.argo = ArgoController(self.plane, self.admin, argo_dir)
+            await self.argo.start()
+            self.timings["argo"] = time.monotonic() - began
         self._heartbeat = asyncio.create_task(
             heartbeat(self.admin, lambda: sorted(self.simulated), self.heartbeat_seconds),
             name="node-heartbeat",
@@ -96,6 +123,8 @@ class LocalCluster:
         log.info("local cluster ready", **{k: round(v, 2) for k, v in self.timings.items()})
 
     async def stop(self) -> None:
+        if self.argo:
+            await asyncio.to_thread(self.argo.stop)
         if self.mpi_operator:
             await self.mpi_operator.stop()
         if self._heartbeat:

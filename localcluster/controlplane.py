@@ -32,7 +32,12 @@ NAMED_USERS: dict[str, tuple[str, ...]] = {
     "bob": ("signal:viewers",),
     "carol": (),
 }
-CONTROLLERS = "garbage-collector-controller,namespace-controller,serviceaccount-controller,job-controller"
+# root-ca-certificate-publisher-controller publishes the kube-root-ca.crt ConfigMap in every
+# namespace: the ca.crt of projected ServiceAccount volumes (in-cluster config of Pods).
+CONTROLLERS = (
+    "garbage-collector-controller,namespace-controller,serviceaccount-controller,job-controller,"
+    "root-ca-certificate-publisher-controller"
+)
 
 
 class ControlPlaneError(RuntimeError):
@@ -168,7 +173,8 @@ class ControlPlane:
         self._write_kubeconfig(self.admin_kubeconfig, self.admin_token)
 
     def start_controllers(self) -> None:
-        """Start kube-controller-manager (GC, namespaces, ServiceAccounts, Jobs) and the scheduler."""
+        """Start kube-controller-manager (GC, namespaces, ServiceAccounts, Jobs, kube-root-ca.crt)
+        and the scheduler."""
         binary, env = self._binary, self._env
         common = [
             f"--kubeconfig={self.admin_kubeconfig}",
@@ -184,6 +190,7 @@ class ControlPlane:
                 *common,
                 f"--secure-port={free_port()}",
                 f"--controllers={CONTROLLERS}",
+                f"--root-ca-file={self.ca_file}",
                 "--concurrent-gc-syncs=5",
                 f"--cert-dir={self.workdir / 'certs-kcm'}",
             ],

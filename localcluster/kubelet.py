@@ -42,6 +42,7 @@ log = structlog.get_logger("process-kubelet")
 TERMINATION_MESSAGE_LIMIT = 4096
 KILL_GRACE_SECONDS = 2.0
 UNIX_SOCKET_PATH_LIMIT = 100
+VOLUME_RETRY_SECONDS = 5.0
 
 
 def _now() -> str:
@@ -67,6 +68,8 @@ class ProcessKubelet:
     kube: KubeClient
     workdir: Path
     manages: Callable[[str], bool]
+    service_env: dict[str, str] = field(default_factory=dict)
+    """What every container gets for in-cluster config (KUBERNETES_SERVICE_HOST and _PORT)."""
     runs: dict[str, PodRun] = field(default_factory=dict)
     _watcher: asyncio.Task[None] | None = None
     _background: set[asyncio.Task[None]] = field(default_factory=set)
@@ -181,8 +184,8 @@ class ProcessKubelet:
         pod_dir.mkdir(parents=True, exist_ok=True)
         started = _now()
         try:
-            volumes = await materialise_volumes(self.kube, pod, pod_dir)
-            extra = node_env(self.exec_socket, pod["metadata"]["namespace"])
+            volumes = await self._volumes(pod, pod_dir)
+            extra = {**self.service_env, **node_env(self.exec_socket, pod["metadata"]["namespace"])}
             specs = run.specs = {
                 c["name"]: process_spec(pod, c, pod_dir, volumes, extra)
                 for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
@@ -210,6 +213,19 @@ class ProcessKubelet:
         phase = "Succeeded" if all(s["state"]["terminated"]["exitCode"] == 0 for s in statuses) else "Failed"
         await self._write_status(run, phase, started, containers=statuses)
 
+    async def _volumes(self, pod: Obj, pod_dir: Path) -> dict[str, Path]:
+        """Materialise the Pod's volumes, retrying while a ConfigMap or Secret is missing
+        for a few seconds (as a kubelet retries mounts; e.g. kube-root-ca.crt is published
+        shortly after its namespace is created)."""
+        deadline = asyncio.get_running_loop().time() + VOLUME_RETRY_SECONDS
+        while True:
+            try:
+                return await materialise_volumes(self.kube, pod, pod_dir)
+            except ApiError as exc:
+                if exc.status != 404 or asyncio.get_running_loop().time() > deadline:
+                    raise
+            await asyncio.sleep(0.2)
+
     async def _run_containers(self, run: PodRun, specs: dict[str, ProcessSpec], started: str) -> list[Obj]:
         pod = run.pod
         for container in pod["spec"].get("initContainers", []):
@@ -223,9 +239,9 @@ class ProcessKubelet:
     async def _exec(self, run: PodRun, name: str, spec: ProcessSpec) -> int:
         with spec.log_file.open("ab") as output:
             process = await asyncio.create_subprocess_exec(
-                *spec.argv,
+                *spec.launch_argv(),
                 env=spec.env,
-                cwd=spec.cwd,
+                cwd=spec.host_cwd,
                 stdout=output,
                 stderr=output,
                 stdin=asyncio.subprocess.DEVNULL,

@@ -10,9 +10,22 @@ scripts, is translated to the host directory that stands in for it. Paths inside
 (e.g. a mounted script) are not translated: Signal's runner takes every path from its
 arguments or environment. The project's own images map to their Python
 entrypoints when a container has no command.
+
+Pods that need their real mount paths (programs with fixed paths, such as Argo's executor
+with ``/var/run/argo``, ``/mainctrfs`` and the ServiceAccount directory) run each container
+in a private mount namespace instead (:data:`MOUNT_NAMESPACE_IMAGES`, or the annotation
+:data:`MOUNT_NAMESPACES_ANNOTATION` set to ``"true"``): a small helper
+(:data:`MOUNT_NAMESPACE_HELPER`) unshares the mount namespace, builds a private root in which
+the host's directories are bind-mounted, binds the Pod's volumes (and the termination-message
+file) at their real mount paths, gives the container a private ``/tmp`` unless a volume is
+mounted there, chroots into it and execs the command, untranslated. Directories that must
+gain a mount point are shadowed by a tmpfs copy inside the namespace, so nothing is created on
+the host outside the Pod's own directory and nothing needs cleaning up: the mounts vanish with
+the container's processes. Needs root (the simulation runs as root).
 """
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -32,7 +45,121 @@ IMAGE_ENTRYPOINTS: dict[str, list[str]] = {
     "projectsignal.dev/controller": ["signal-controller"],
     "projectsignal.dev/portal": ["signal-portal"],
 }
+# Images (without tag or digest) -> directories put first on PATH in their containers, standing
+# in for the image's own files (e.g. Argo's executor image, whose containers run ``argoexec``).
+IMAGE_PATH_DIRS: dict[str, list[str]] = {}
+# Images whose Pods run every container in a private mount namespace with real mount paths.
+MOUNT_NAMESPACE_IMAGES: set[str] = set()
+MOUNT_NAMESPACES_ANNOTATION = "localcluster.projectsignal.dev/mount-namespaces"
 DEFAULT_TERMINATION_PATH = "/dev/termination-log"
+
+# Runs as ``python -I -S -c MOUNT_NAMESPACE_HELPER <spec json> <argv...>`` (standard library
+# only, so it starts fast): spec = {"root": empty host directory, "cwd": path in the
+# container, "mounts": [{"source", "target", "readOnly", "file"}]}.
+MOUNT_NAMESPACE_HELPER = r'''
+import ctypes
+import json
+import os
+import sys
+
+CLONE_NEWNS, MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20000, 1, 32, 4096, 16384, 1 << 18
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def fail(what):
+    sys.stderr.write(f"process kubelet: mount namespace: {what}: {os.strerror(ctypes.get_errno())}\n")
+    sys.exit(127)
+
+
+def mount(source, target, fstype, flags, what):
+    encode = lambda s: None if s is None else os.fsencode(s)  # noqa: E731
+    if libc.mount(encode(source), encode(target), encode(fstype), flags, None) != 0:
+        fail(what)
+
+
+def split(path):
+    return [part for part in path.split("/") if part]
+
+
+def existing_prefix(path):
+    """(realpath of the longest existing prefix of path, the missing components)."""
+    parts = split(path)
+    for cut in range(len(parts), -1, -1):
+        prefix = "/" + "/".join(parts[:cut])
+        if os.path.lexists(prefix):
+            return os.path.realpath(prefix), parts[cut:]
+    return "/", parts
+
+
+def populate(root, host, shadowed):
+    """Make root+host a tmpfs holding host's entries: shadowed directories recursively,
+    everything else bind-mounted (recursively, except the branch holding root itself)."""
+    here = root + host.rstrip("/")
+    mount("tmpfs", here, "tmpfs", 0, f"tmpfs at {host}")
+    os.chmod(here, os.stat(host).st_mode & 0o7777)
+    for name in os.listdir(host):
+        source = os.path.join(host, name)
+        target = here + "/" + name
+        if os.path.islink(source):
+            os.symlink(os.readlink(source), target)
+        elif os.path.isdir(source):
+            os.mkdir(target)
+            if source in shadowed:
+                populate(root, source, shadowed)
+            else:
+                holds_root = (root + "/").startswith(source + "/")
+                mount(source, target, None, MS_BIND | (0 if holds_root else MS_REC), f"bind {source}")
+        else:
+            open(target, "a").close()
+            mount(source, target, None, MS_BIND, f"bind {source}")
+
+
+def main():
+    spec = json.loads(sys.argv[1])
+    argv = sys.argv[2:]
+    root = spec["root"]
+    mounts = sorted(spec["mounts"], key=lambda m: len(split(m["target"])))
+    if libc.unshare(CLONE_NEWNS) != 0:
+        fail("unshare")
+    mount(None, "/", None, MS_REC | MS_PRIVATE, "make / private")
+    # Opened before anything is covered (and inside the new namespace, as bind mounts require).
+    sources = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in mounts]
+    # Directories of the host that must gain a mount point are shadowed by a tmpfs copy.
+    shadowed, plan, planned = set(), [], {}
+    for m in mounts:
+        target = os.path.normpath(m["target"])
+        above = [t for t in planned if target.startswith(t.rstrip("/") + "/")]
+        if above:  # created inside the volume mounted above it
+            parent = max(above, key=len)
+            real = planned[parent].rstrip("/") + target[len(parent.rstrip("/")) :]
+        else:
+            real, missing = existing_prefix(target)
+            if missing:
+                ancestors = split(real)
+                shadowed.update("/" + "/".join(ancestors[:i]) for i in range(1, len(ancestors) + 1))
+            real = real.rstrip("/") + "".join("/" + part for part in missing)
+        planned[target] = real or "/"
+        plan.append(real or "/")
+    populate(root, "/", shadowed)
+    for m, target, fd in zip(mounts, plan, sources):
+        inside = root + target
+        if m.get("file"):
+            os.makedirs(os.path.dirname(inside), exist_ok=True)
+            if not os.path.lexists(inside):
+                open(inside, "a").close()
+        else:
+            os.makedirs(inside, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", inside, None, MS_BIND | MS_REC, f"bind {m['source']} at {m['target']}")
+        if m.get("readOnly"):
+            mount(None, inside, None, MS_BIND | MS_REMOUNT | MS_RDONLY, f"read-only {m['target']}")
+        os.close(fd)
+    os.chroot(root)
+    os.chdir(spec["cwd"])
+    os.execvp(argv[0], argv)
+
+
+main()
+'''
 
 
 class PodSpecError(ValueError):
@@ -46,6 +173,30 @@ class ProcessSpec:
     cwd: Path
     termination_file: Path
     log_file: Path
+    mounts: list[dict[str, Any]] | None = None
+    """In a private mount namespace: what to bind where (None: paths are translated)."""
+    root: Path | None = None
+
+    def launch_argv(self) -> list[str]:
+        """The argv to start: the container's own, or the mount-namespace helper around it."""
+        if self.mounts is None or self.root is None:
+            return self.argv
+        spec = {"root": str(self.root), "cwd": str(self.cwd), "mounts": self.mounts}
+        return [sys.executable, "-I", "-S", "-c", MOUNT_NAMESPACE_HELPER, json.dumps(spec), *self.argv]
+
+    @property
+    def host_cwd(self) -> Path:
+        """Where the process starts on the host (the helper changes to ``cwd`` itself)."""
+        return self.cwd if self.mounts is None else Path("/")
+
+
+def needs_mount_namespaces(pod: Obj) -> bool:
+    """Whether the Pod's containers run in private mount namespaces with real mount paths."""
+    if pod["metadata"].get("annotations", {}).get(MOUNT_NAMESPACES_ANNOTATION) == "true":
+        return True
+    spec = pod["spec"]
+    containers = [*spec.get("initContainers", []), *spec.get("containers", [])]
+    return any(_image_name(c.get("image", "")) in MOUNT_NAMESPACE_IMAGES for c in containers)
 
 
 def _image_name(image: str) -> str:
@@ -69,6 +220,10 @@ def _field(pod: Obj, path: str) -> str:
     }
     if path in simple:
         return str(simple[path])
+    if path in {"metadata.labels", "metadata.annotations"}:
+        # The kubelet's format: one key="value" line per entry, sorted, values quoted.
+        entries = meta.get(path.split(".")[1], {})
+        return "\n".join(f"{key}={json.dumps(entries[key])}" for key in sorted(entries))
     for prefix, source in (
         ("metadata.labels['", meta.get("labels", {})),
         ("metadata.annotations['", meta.get("annotations", {})),
@@ -191,6 +346,43 @@ def _translate(value: str, mounts: list[tuple[str, Path]]) -> str:
     return value
 
 
+def _container_mounts(pod: Obj, container: Obj, volumes: dict[str, Path]) -> tuple[list[tuple[str, Path]], set[str]]:
+    """(mount path, host directory or file) per volume mount, and the read-only mount paths:
+    ConfigMap, Secret, projected and downward-API volumes are read-only, as a kubelet mounts them."""
+    mounts: list[tuple[str, Path]] = []
+    read_only: set[str] = set()
+    read_only_volumes = {v["name"] for v in pod["spec"].get("volumes", []) if "emptyDir" not in v}
+    for mount in container.get("volumeMounts", []):
+        if mount["name"] not in volumes:
+            raise PodSpecError(f"container {container['name']!r} mounts unknown volume {mount['name']!r}")
+        host = volumes[mount["name"]]
+        if mount.get("subPath"):
+            host = host / mount["subPath"]
+            if not host.exists():  # as the kubelet does, e.g. for an emptyDir's subPath
+                host.mkdir(parents=True)
+        mounts.append((mount["mountPath"], host))
+        if mount.get("readOnly") or mount["name"] in read_only_volumes:
+            read_only.add(mount["mountPath"])
+    return mounts, read_only
+
+
+def _isolated(
+    pod_dir: Path, name: str, spec: ProcessSpec, mounts: list[tuple[str, Path]], read_only: set[str]
+) -> ProcessSpec:
+    """The spec of a container in a private mount namespace: binds instead of translations."""
+    private_tmp = pod_dir / f"tmp-{name}"
+    private_tmp.mkdir(exist_ok=True)
+    if not any(path.rstrip("/") == "/tmp" for path, _host in mounts):
+        mounts = [*mounts, ("/tmp", private_tmp)]
+    spec.mounts = [
+        {"source": str(host), "target": path, "readOnly": path in read_only, "file": not host.is_dir()}
+        for path, host in mounts
+    ]
+    spec.root = pod_dir / f"root-{name}"
+    spec.root.mkdir(exist_ok=True)
+    return spec
+
+
 def process_spec(
     pod: Obj,
     container: Obj,
@@ -200,21 +392,18 @@ def process_spec(
 ) -> ProcessSpec:
     """argv, environment and paths for one container (pure apart from creating directories).
     ``node_env`` is what the simulated node adds to every container; the container's own
-    ``env`` overrides it."""
+    ``env`` overrides it. In a Pod that :func:`needs_mount_namespaces`, nothing is translated:
+    the spec lists the mounts the helper makes instead."""
     name = container["name"]
+    isolated = needs_mount_namespaces(pod)
     termination_path = container.get("terminationMessagePath", DEFAULT_TERMINATION_PATH)
     termination_file = pod_dir / f"{name}.termination-log"
     termination_file.write_bytes(b"")
-    mounts: list[tuple[str, Path]] = [(termination_path, termination_file)]
-    for mount in container.get("volumeMounts", []):
-        if mount["name"] not in volumes:
-            raise PodSpecError(f"container {name!r} mounts unknown volume {mount['name']!r}")
-        host = volumes[mount["name"]]
-        if mount.get("subPath"):
-            host = host / mount["subPath"]
-        mounts.append((mount["mountPath"], host))
+    mounts, read_only = _container_mounts(pod, container, volumes)
+    mounts.append((termination_path, termination_file))
     mounts.sort(key=lambda m: len(m[0]), reverse=True)
-    argv = list(container.get("command") or IMAGE_ENTRYPOINTS.get(_image_name(container.get("image", "")), []))
+    image = _image_name(container.get("image", ""))
+    argv = list(container.get("command") or IMAGE_ENTRYPOINTS.get(image, []))
     argv += container.get("args", [])
     if not argv:
         raise PodSpecError(
@@ -224,15 +413,17 @@ def process_spec(
     home.mkdir(exist_ok=True)
     tmp = pod_dir / "tmp"
     tmp.mkdir(exist_ok=True)
-    bin_dir = str(Path(sys.executable).parent)
+    bin_dirs = [*IMAGE_PATH_DIRS.get(image, []), str(Path(sys.executable).parent)]
     env = {
-        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": ":".join([*bin_dirs, "/usr/local/bin", "/usr/bin", "/bin"]),
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
         "TMPDIR": str(tmp),
         **(node_env or {}),
     }
+    if isolated:
+        env["HOME"] = env["TMPDIR"] = "/tmp"
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = item["value"]
@@ -240,13 +431,18 @@ def process_spec(
             env[item["name"]] = _field(pod, item["valueFrom"]["fieldRef"]["fieldPath"])
         elif "valueFrom" in item:
             raise PodSpecError(f"env {item['name']!r}: only value and fieldRef are simulated")
-    env = {k: _translate(v, mounts) for k, v in env.items()}
-    argv = [_translate(a, mounts) for a in argv]
+    if not isolated:
+        env = {k: _translate(v, mounts) for k, v in env.items()}
+        argv = [_translate(a, mounts) for a in argv]
     if os.sep not in argv[0] and shutil.which(argv[0], path=env["PATH"]) is None:
         raise PodSpecError(f"container {name!r}: executable {argv[0]!r} not found")
     working_dir = container.get("workingDir")
-    cwd = Path(_translate(working_dir, mounts)) if working_dir else home
-    return ProcessSpec(argv, env, cwd, termination_file, pod_dir / f"{name}.log")
+    log_file = pod_dir / f"{name}.log"
+    if not isolated:
+        cwd = Path(_translate(working_dir, mounts)) if working_dir else home
+        return ProcessSpec(argv, env, cwd, termination_file, log_file)
+    spec = ProcessSpec(argv, env, Path(working_dir or "/"), termination_file, log_file)
+    return _isolated(pod_dir, name, spec, mounts, read_only)
 
 
 def pod_key(pod: Obj) -> str:

@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# Builds Argo Workflows' workflow-controller and argoexec (v4.0.5, the only v4 release the Go
-# module proxy serves) for the local control plane, and copies from the same module the CRDs
+# Builds Argo Workflows' workflow-controller, argoexec and argo CLI (v4.0.5, the only v4 release
+# the Go module proxy serves) for the local control plane and `argo lint --offline`, and copies
+# from the same module the CRDs
 # the controller waits for that ../shared/upstream-crds does not hold. LOCAL TEST
 # INFRASTRUCTURE ONLY: that release has reported security flaws, so these binaries are never
 # shipped in an image or a deployment.
 # Cached: rebuilt only when go.mod, go.sum, overlay/ or the Go version change (content hash in
-# the name). Prints the directory holding both binaries (and crds/) on stdout as its last line.
+# the name). Prints the directory holding the binaries (and crds/) on stdout as its last line.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 out_root="${SIGNAL_ARGO_DIR:-$repo/.cache/argo}"
 module=github.com/argoproj/argo-workflows/v4
 version="$(sed -n "s|^\t$module \(v[^ ]*\).*|\1|p" "$here/go.mod")"
-stamp="$( (cat "$here/go.mod" "$here/go.sum" "$here"/overlay/*.go; go version) | sha256sum | cut -c1-16)"
+stamp="$( (cat "$here/go.mod" "$here/go.sum" "$here"/overlay/*; go version) | sha256sum | cut -c1-16)"
 out="$out_root/argo-$version-$stamp"
-tools=(workflow-controller argoexec)
+tools=(workflow-controller argoexec argo)
 # The kinds whose informers workflow-controller waits for, beyond Workflow, WorkflowTemplate and
 # WorkflowTaskResult (minimal schemas: the controller only lists and watches them here).
 extra_crds=(workflowtasksets workflowartifactgctasks clusterworkflowtemplates cronworkflows workfloweventbindings)
@@ -27,12 +28,13 @@ if [[ $cached == 1 ]]; then
   exit 0
 fi
 mkdir -p "$out/crds"
-echo "argo: building Argo Workflows $version workflow-controller and argoexec (cold build takes 5-30 minutes on 2 cores)" >&2
+echo "argo: building Argo Workflows $version workflow-controller, argoexec and argo (cold build takes 5-30 minutes on 2 cores)" >&2
 start=$(date +%s)
 cd "$here"
 # The module zip lacks workflow/executor/osspecific's Linux file, so argoexec does not compile
-# for Linux from it. Build against an extracted copy of the zip (a workspace replace: overlays
-# may not touch the module cache), adding our own file with an overlay (overlay/).
+# for Linux from it, and the UI bundle the argo CLI embeds (ui/dist/app). Build against an
+# extracted copy of the zip (a workspace replace: overlays may not touch the module cache),
+# adding our own files with an overlay (overlay/): the Linux file and a placeholder page.
 zip="$(go mod download -json "$module@$version" | jq -r .Zip)"
 src="$out_root/src-$version"
 if [[ ! -d "$src" ]]; then
@@ -42,8 +44,9 @@ if [[ ! -d "$src" ]]; then
 fi
 module_dir="$src/$module@$version"
 printf 'go 1.26\n\nuse %s\n\nreplace %s %s => %s\n' "$here" "$module" "$version" "$module_dir" > "$out/go.work"
-printf '{"Replace": {"%s": "%s"}}\n' \
-  "$module_dir/workflow/executor/osspecific/signal_linux.go" "$here/overlay/signal_linux.go" > "$out/overlay.json"
+printf '{"Replace": {"%s": "%s", "%s": "%s"}}\n' \
+  "$module_dir/workflow/executor/osspecific/signal_linux.go" "$here/overlay/signal_linux.go" \
+  "$module_dir/ui/dist/app/index.html" "$here/overlay/ui-placeholder.html" > "$out/overlay.json"
 ldflags="-s -w -X $module.version=$version -X $module.gitTag=$version -X $module.gitTreeState=clean -X $module.buildDate=1970-01-01T00:00:00Z"
 for tool in "${tools[@]}"; do
   if [[ ! -x "$out/$tool" ]]; then

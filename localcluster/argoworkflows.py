@@ -1,0 +1,163 @@
+"""Argo Workflows' real workflow-controller on the local cluster, and its executor's Pods
+hosted by the process kubelet.
+
+LOCAL TEST INFRASTRUCTURE ONLY. The binaries are built from the Go module proxy by
+``localcluster/argo/build.sh``; the only Argo v4 release the proxy serves is v4.0.5, which has
+reported security flaws, so it is never shipped in an image or a deployment. It runs here so
+that the demo and the tests execute Workflows exactly as Argo does.
+
+* The controller runs cluster-wide as a local process with the admin's credentials (it is
+  test infrastructure, not part of Signal's least-privilege story; the Workflow Pods run as
+  their own ServiceAccounts), configured by the ConfigMap ``workflow-controller-configmap`` in
+  the namespace ``argo``: no metrics servers (several local clusters can share a machine),
+  and every Workflow's Pods are placed on one simulated system Node (:data:`SYSTEM_NODE`),
+  as a real cluster runs its adapter Pods on system Nodes, not on reserved GPU Nodes.
+* The executor image :data:`EXECUTOR_IMAGE` stands for the built ``argoexec``: its containers
+  find ``argoexec`` first on their PATH, and Pods using it run their containers in private
+  mount namespaces with the real mount paths (``/var/run/argo``, ``/mainctrfs``, the
+  ServiceAccount directory), see ``localcluster.podprocess``.
+* Workflow Pods reach the API server through in-cluster config: the kubelet gives every
+  container ``KUBERNETES_SERVICE_HOST``/``_PORT`` and the projected ServiceAccount volume
+  (token by TokenRequest, ``ca.crt`` from ``kube-root-ca.crt``).
+"""
+
+import asyncio
+import contextlib
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+import yaml
+
+from localcluster import podprocess
+from localcluster.controlplane import Component, ControlPlane, kubeconfig_text
+from localcluster.fleet import SIMULATED_LABEL, SimNode
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+
+log = structlog.get_logger("localcluster")
+
+ARGO_VERSION = "v4.0.5"
+EXECUTOR_IMAGE = f"quay.io/argoproj/argoexec:{ARGO_VERSION}"
+EXECUTOR_IMAGE_NAME = "quay.io/argoproj/argoexec"
+ARGO_NAMESPACE = "argo"
+CONFIGMAP = "workflow-controller-configmap"
+SYSTEM_NODE = "signal-system-0"
+SYSTEM_NODE_LABEL = "projectsignal.dev/local-system"
+
+
+def extra_crd_files(build_dir: Path) -> list[Path]:
+    """The Argo CRDs the controller waits for beyond those in the upstream CRD directory."""
+    return sorted((build_dir / "crds").glob("*.yaml"))
+
+
+def controller_config() -> Obj:
+    """The workflow-controller's configuration (the ConfigMap's ``config`` key)."""
+    return {
+        "metricsConfig": {"enabled": False},
+        "telemetryConfig": {"enabled": False},
+        "workflowDefaults": {"spec": {"nodeSelector": {SYSTEM_NODE_LABEL: "true"}}},
+    }
+
+
+def system_node() -> Obj:
+    """The simulated Node that hosts Workflow Pods: no GPUs, not a Signal fleet Node."""
+    manifest = SimNode(SYSTEM_NODE, gpus=0, rdma=0, cpu="64", memory="256Gi").manifest()
+    labels = manifest["metadata"]["labels"]
+    for key in (SIMULATED_LABEL, "nvidia.com/gpu.product"):
+        labels.pop(key, None)
+    labels[SYSTEM_NODE_LABEL] = "true"
+    return manifest
+
+
+@dataclass
+class ArgoController:
+    """Runs workflow-controller for a local cluster. ``start`` after the CRDs are installed."""
+
+    plane: ControlPlane
+    admin: KubeClient
+    build_dir: Path
+    workers: int = 8
+    component: Component | None = field(default=None, repr=False)
+
+    def register_images(self) -> None:
+        podprocess.IMAGE_PATH_DIRS[EXECUTOR_IMAGE_NAME] = [str(self.build_dir)]
+        podprocess.IMAGE_ENTRYPOINTS[EXECUTOR_IMAGE_NAME] = [str(self.build_dir / "argoexec")]
+        podprocess.MOUNT_NAMESPACE_IMAGES.add(EXECUTOR_IMAGE_NAME)
+
+    async def start(self) -> None:
+        self.register_images()
+        with contextlib.suppress(ApiError):
+            namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ARGO_NAMESPACE}}
+            await self.admin.create(resource_path("v1", "namespaces"), namespace)
+        configmap = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": CONFIGMAP, "namespace": ARGO_NAMESPACE},
+            "data": {"config": yaml.safe_dump(controller_config(), sort_keys=True)},
+        }
+        await self.admin.apply(resource_path("v1", "configmaps", ARGO_NAMESPACE, CONFIGMAP), configmap)
+        kubeconfig = self.plane.workdir / "argo.kubeconfig"
+        kubeconfig.write_text(
+            kubeconfig_text(self.plane.server, self.plane.ca_file, self.plane.admin_token, ARGO_NAMESPACE)
+        )
+        kubeconfig.chmod(0o600)
+        args = [
+            f"--kubeconfig={kubeconfig}",
+            f"--configmap={CONFIGMAP}",
+            f"--executor-image={EXECUTOR_IMAGE}",
+            "--executor-image-pull-policy=IfNotPresent",
+            "--loglevel=info",
+            "--log-format=text",
+            f"--workflow-workers={self.workers}",
+            "--workflow-ttl-workers=1",
+            "--pod-cleanup-workers=2",
+            "--cron-workflow-workers=1",
+            "--workflow-archive-workers=1",
+            "--qps=200",
+            "--burst=400",
+        ]
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(self.plane.workdir),
+            "LEADER_ELECTION_DISABLE": "true",
+        }
+        component = Component("workflow-controller", args, self.plane.workdir / "workflow-controller.log")
+        component.process = self._launch(component, env)
+        self.component = component
+        self.plane.components.append(component)
+        await self._wait_started()
+
+    def _launch(self, component: Component, env: dict[str, str]) -> "subprocess.Popen[bytes]":
+        with component.log_path.open("ab") as handle:
+            return subprocess.Popen(
+                [str(self.build_dir / "workflow-controller"), *component.args],
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+
+    async def _wait_started(self, timeout: float = 30.0) -> None:
+        """Wait for the controller's workers to start (after its informers' caches synced)."""
+        assert self.component is not None
+        deadline = asyncio.get_running_loop().time() + timeout
+        while asyncio.get_running_loop().time() < deadline:
+            if not self.component.running():
+                raise RuntimeError(f"workflow-controller exited during start-up:\n{self.component.tail()}")
+            text = self.component.log_path.read_text(errors="replace")
+            if "Started workflow garbage collection" in text or "Starting workflow TTL controller" in text:
+                log.info("argo workflow-controller started", version=ARGO_VERSION)
+                return
+            await asyncio.sleep(0.2)
+        raise RuntimeError(f"workflow-controller not started after {timeout}s:\n{self.component.tail()}")
+
+    def stop(self) -> None:
+        """Stop the controller (blocking: call it from a thread). It does not exit on SIGTERM,
+        and it keeps no state worth a graceful stop, so it is killed after a second."""
+        if self.component is not None:
+            self.component.stop(timeout=1.0)
+        podprocess.IMAGE_PATH_DIRS.pop(EXECUTOR_IMAGE_NAME, None)
+        podprocess.IMAGE_ENTRYPOINTS.pop(EXECUTOR_IMAGE_NAME, None)
+        podprocess.MOUNT_NAMESPACE_IMAGES.discard(EXECUTOR_IMAGE_NAME)

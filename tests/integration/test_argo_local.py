@@ -1,0 +1,180 @@
+"""The adapter WorkflowTemplate executed by REAL Argo Workflows (v4.0.5 workflow-controller and
+argoexec, built from the Go module proxy as local test infrastructure) on the local control
+plane: the controller's Workflow (controller.manifests.workflow_manifest), the generated
+template from deploy/, the adapter's RBAC from deploy/, the executor's Pods (emissary main
+container, wait sidecar) hosted by the process kubelet in private mount namespaces, and the
+adapter inside the step Pod using in-cluster config as its ServiceAccount (issue 5)."""
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller.manifests import workflow_manifest
+from localcluster.binaries import argo_build_dir
+from localcluster.cluster import LocalCluster
+from localcluster.kube import KubeClient, Obj, resource_path
+from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
+from tests.adapter_support import AdapterWorld, check
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+ARGO = "argoproj.io/v1alpha1"
+TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "base" / "adapter-workflowtemplate.yaml"
+OUTPUTS = ("verdict", "evidence-config-map", "evidence-digest", "proceed")
+PASS = """#!/bin/sh
+echo "participant $SIGNAL_PARTICIPANT_INDEX on $SIGNAL_NODE_NAME"
+printf '{"ok": true}' > "$SIGNAL_MEASUREMENTS_FILE"
+"""
+FAIL_ON_ONE = """#!/bin/sh
+echo "participant $SIGNAL_PARTICIPANT_INDEX on $SIGNAL_NODE_NAME"
+if [ "$SIGNAL_PARTICIPANT_INDEX" = "1" ]; then echo "ECC errors found" >&2; exit 1; fi
+"""
+
+
+@pytest.fixture
+async def world(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> AsyncIterator[AdapterWorld]:
+    if cluster.argo is None:
+        pytest.fail("the local cluster runs no Argo workflow-controller")
+    w = AdapterWorld(cluster, admin, namespace, tmp_path)
+    yield w
+    await w.cleanup()
+
+
+async def submit(world: AdapterWorld) -> Obj:
+    """The template from deploy/ and the controller's Workflow for the world's Run."""
+    template = yaml.safe_load(TEMPLATE.read_text())
+    await world.admin.create(resource_path(ARGO, "workflowtemplates", world.namespace), template)
+    return await world.admin.create(resource_path(ARGO, "workflows", world.namespace), workflow_manifest(world.run))
+
+
+async def finished(world: AdapterWorld, name: str, timeout: float = 180.0) -> Obj:
+    path = resource_path(ARGO, "workflows", world.namespace, name)
+    deadline = time.monotonic() + timeout
+    while True:
+        workflow = await world.admin.get(path)
+        if workflow.get("status", {}).get("phase") in {"Succeeded", "Failed", "Error"}:
+            return workflow
+        if time.monotonic() > deadline:
+            logs = await step_logs(world)
+            raise AssertionError(f"Workflow not finished:\n{json.dumps(workflow.get('status'), indent=1)}\n{logs}")
+        await asyncio.sleep(0.5)
+
+
+async def step_logs(world: AdapterWorld) -> str:
+    """The logs of the Workflow's Pods' containers (for failure messages)."""
+    assert world.cluster.kubelet is not None
+    parts = []
+    for pod in (await world.admin.get(resource_path("v1", "pods", world.namespace)))["items"]:
+        for container in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
+            path = world.cluster.kubelet.log_path(pod, container["name"])
+            text = path.read_text(errors="replace")[-3000:] if path.exists() else "(no log)"
+            parts.append(f"--- {pod['metadata']['name']}/{container['name']} ---\n{text}")
+    return "\n".join(parts)
+
+
+def check_nodes(workflow: Obj) -> list[Obj]:
+    """The Workflow's `check` step nodes in check order."""
+    nodes = [n for n in workflow["status"]["nodes"].values() if n.get("templateName") == "check"]
+    return sorted(nodes, key=lambda n: int(parameters(n, "inputs")["index"]))
+
+
+def parameters(node: Obj, kind: str) -> dict[str, str]:
+    return {p["name"]: p.get("value", "") for p in node.get(kind, {}).get("parameters", [])}
+
+
+async def assert_evidence(world: AdapterWorld, outputs: dict[str, Any], verdict: str) -> Obj:
+    assert outputs["verdict"] == verdict
+    evidence = await world.config_map(outputs["evidence-config-map"])
+    document, digest = decode_document(evidence, CHECK_EVIDENCE_SCHEMA)
+    assert digest == outputs["evidence-digest"]
+    assert document["verdict"] == verdict
+    return document
+
+
+async def test_argo_runs_every_check_in_order_as_the_adapter(world: AdapterWorld) -> None:
+    checks = [check("first", "a.sh"), check("second", "b.sh")]
+    await world.setup(2, {"a.sh": PASS, "b.sh": PASS}, checks)
+    created = await submit(world)
+    workflow = await finished(world, created["metadata"]["name"])
+    assert workflow["status"]["phase"] == "Succeeded", (workflow["status"], await step_logs(world))
+
+    steps = check_nodes(workflow)
+    assert [parameters(n, "inputs")["index"] for n in steps] == ["0", "1"]
+    assert [json.loads(parameters(n, "inputs")["check"])["name"] for n in steps] == ["first", "second"]
+    assert [n["displayName"] for n in steps] == ["check", "check"]
+    assert all(n["phase"] == "Succeeded" for n in steps)
+    assert steps[0]["finishedAt"] <= steps[1]["startedAt"], "checks must run strictly in order"
+    for index, node in enumerate(steps):
+        outputs = parameters(node, "outputs")
+        assert set(OUTPUTS) <= set(outputs), outputs
+        assert outputs["proceed"] == "true"
+        document = await assert_evidence(world, outputs, "Pass")
+        assert document["check"]["index"] == index if "check" in document else True
+
+    # The step Pods ran as the adapter's ServiceAccount (its RBAC from deploy/), on the system Node.
+    pods = (await world.admin.get(resource_path("v1", "pods", world.namespace)))["items"]
+    steps_pods = [p for p in pods if p["metadata"].get("labels", {}).get("workflows.argoproj.io/workflow")]
+    assert len(steps_pods) == 2
+    for pod in steps_pods:
+        assert pod["spec"]["serviceAccountName"] == "signal-adapter"
+        assert [c["name"] for c in pod["spec"]["containers"]] == ["wait", "main"]
+        assert pod["status"]["phase"] == "Succeeded"
+
+
+async def test_a_failing_check_stops_the_suite(world: AdapterWorld) -> None:
+    checks = [check("first", "fail.sh"), check("second", "b.sh")]
+    await world.setup(2, {"fail.sh": FAIL_ON_ONE, "b.sh": PASS}, checks)
+    created = await submit(world)
+    workflow = await finished(world, created["metadata"]["name"])
+    status = workflow["status"]
+
+    steps = check_nodes(workflow)
+    assert [parameters(n, "inputs")["index"] for n in steps] == ["0"], "check 1 must never run"
+    outputs = parameters(steps[0], "outputs")
+    assert outputs["proceed"] == "false"
+    document = await assert_evidence(world, outputs, "Fail")
+    verdicts = {p["index"]: p["verdict"] for p in document["results"]["participants"]}
+    assert verdicts == {0: "Pass", 1: "Fail"}
+    # The verdict is data, not a step failure: the adapter exits 0, the step Succeeds and the
+    # `next` step is Skipped by its `when`, so Argo ends the Workflow Succeeded.
+    assert steps[0]["phase"] == "Succeeded"
+    skipped = [n for n in status["nodes"].values() if n.get("displayName") == "next"]
+    assert [n["phase"] for n in skipped] == ["Skipped"], status["nodes"]
+    assert status["phase"] == "Succeeded", status
+
+
+def argo_lint(argo: Path, *files: Path) -> subprocess.CompletedProcess[str]:
+    command = [str(argo), "lint", "--offline", "--output=simple", *map(str, files)]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+
+
+async def test_argo_lint_offline_accepts_the_template_and_a_generated_workflow(
+    world: AdapterWorld, tmp_path: Path
+) -> None:
+    argo = argo_build_dir() / "argo"
+    if not argo.exists():
+        pytest.skip("the argo CLI is not part of this Argo build (SIGNAL_ARGO_BUILD)")
+    await world.setup(2, {"a.sh": PASS}, [check("first", "a.sh"), check("second", "a.sh", backend="MPIJob")])
+    # Offline, a workflowTemplateRef resolves among the files given, in the Workflow's namespace.
+    template = yaml.safe_load(TEMPLATE.read_text())
+    template["metadata"]["namespace"] = world.namespace
+    template_file, workflow_file = tmp_path / "template.yaml", tmp_path / "workflow.yaml"
+    template_file.write_text(yaml.safe_dump(template))
+    workflow_file.write_text(yaml.safe_dump(workflow_manifest(world.run)))
+    for files in ((TEMPLATE,), (template_file, workflow_file)):
+        result = argo_lint(argo, *files)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "no linting errors found" in result.stdout
+    # Control: without the template the Workflow's reference does not resolve, and lint says so.
+    result = argo_lint(argo, workflow_file)
+    assert result.returncode != 0
+    assert 'couldn\'t find workflow template "signal-adapter"' in result.stdout + result.stderr
