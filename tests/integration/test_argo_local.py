@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from controller.manifests import workflow_manifest
+from localcluster.argoworkflows import SYSTEM_NODE
 from localcluster.binaries import argo_build_dir
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj, resource_path
@@ -126,8 +127,12 @@ async def test_argo_runs_every_check_in_order_as_the_adapter(world: AdapterWorld
     assert len(steps_pods) == 2
     for pod in steps_pods:
         assert pod["spec"]["serviceAccountName"] == "signal-adapter"
+        assert pod["spec"]["nodeName"] == SYSTEM_NODE
         assert [c["name"] for c in pod["spec"]["containers"]] == ["wait", "main"]
         assert pod["status"]["phase"] == "Succeeded"
+    # The executor needed nothing beyond the adapter's Role: no request of its was refused.
+    logs = await step_logs(world)
+    assert "forbidden" not in logs.lower(), logs
 
 
 async def test_a_failing_check_stops_the_suite(world: AdapterWorld) -> None:
