@@ -1,0 +1,173 @@
+"""Benchmark (issue 6): the portal's result listing with 100,000 results (10,000 Nodes x 10
+checks), through the real HTTP handler (aiohttp, loopback), without an API server: the index
+is built directly from synthetic envelopes (classified, as the portal builds them).
+
+Prints: time to build the index; p50 and p99 latency of a first page and of a last page of
+100 results (an opaque continuation token pointing just before the last 100), and of one
+filtered query; the resident memory of the process before and after the index. Asserts nothing.
+
+    .venv/bin/python bench/portal.py [--nodes 10000] [--checks 10] [--requests 300]
+"""
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import aiohttp
+from aiohttp import web
+
+from portal.api import make_app
+from portal.auth import OpenAccess
+from portal.index import Entry, Index, RegisteredCheck, entry_of
+from portal.pagination import encode_token
+from shared.classify import classified
+from shared.envelope import (
+    ENVELOPE_SCHEMA,
+    CheckType,
+    CheckVersion,
+    CleanupState,
+    EvidenceDigests,
+    RunRef,
+    Scope,
+    State,
+    TargetNode,
+    ValidationResult,
+    Verification,
+    VerificationResult,
+    result_id,
+)
+from shared.run import Phase, Verdict
+
+NOW = datetime.now(UTC)
+DIGEST = "sha256:" + "ab" * 32
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def synthetic(nodes: int, checks: int) -> list[Entry]:
+    """One envelope per (Node, check): mostly verified passes, some failures, old and broken ones."""
+    entries: list[Entry] = []
+    details = {"schema": "projectsignal.dev/check-evidence/v1", "note": "shared per check in the real portal"}
+    versions = CheckVersion.model_construct(profile_generation=3, source_digest=DIGEST)
+    scope = Scope.model_construct(cluster="bench", workspace="signal-system")
+    verified = VerificationResult.model_construct(state=Verification.VERIFIED, message="")
+    missing = VerificationResult.model_construct(state=Verification.MISSING, message="no evidence ConfigMap")
+    for n in range(nodes):
+        node = f"gpu-{n:05d}"
+        run_uid = f"{n // 2:08d}-run"
+        run = RunRef.model_construct(
+            namespace="signal-system",
+            name=f"fleet-{n // 2}",
+            uid=run_uid,
+            attempt=1,
+            phase=Phase.FAILED if n % 50 == 0 else Phase.SUCCEEDED,
+            created=NOW - timedelta(hours=2),
+        )
+        for c in range(checks):
+            finished = NOW - (timedelta(days=9) if n % 97 == 0 else timedelta(hours=1))
+            result = ValidationResult.model_construct(
+                schema_=ENVELOPE_SCHEMA,
+                id=result_id("signal-system", node, "fleet", f"check-{c:02d}", run_uid),
+                check=CheckType.model_construct(profile="fleet", name=f"check-{c:02d}", index=c),
+                version=versions,
+                run=run,
+                scope=scope,
+                target=TargetNode.model_construct(name=node, uid=f"uid-{n}", index=n % 2),
+                started_at=finished - timedelta(minutes=5),
+                finished_at=finished,
+                observed_at=NOW,
+                state=State.UNKNOWN,
+                reason="Unclassified",
+                message="",
+                verdict=Verdict.FAIL if n % 50 == 0 and c == 3 else Verdict.PASS,
+                verification=missing if n % 211 == 0 else verified,
+                cleanup=CleanupState.COMPLETE,
+                evidence=EvidenceDigests.model_construct(
+                    config_map=f"fleet-{n // 2}-evidence", run_digest=DIGEST, check_digest=DIGEST
+                ),
+                details_schema="projectsignal.dev/check-evidence/v1",
+                details=details,
+            )
+            final = classified(result, current_node_uid=f"uid-{n}", now=NOW, window=timedelta(days=7))
+            entries.append(entry_of(final))
+    return entries
+
+
+class Fixed:
+    def __init__(self, index: Index) -> None:
+        self.index = index
+
+    def ready(self) -> bool:
+        return True
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def measure(session: aiohttp.ClientSession, url: str, requests: int) -> tuple[float, float, int]:
+    samples = []
+    items = 0
+    for _ in range(requests):
+        began = time.perf_counter()
+        async with session.get(url) as response:
+            body = await response.json()
+            assert response.status == 200
+        samples.append((time.perf_counter() - began) * 1000)
+        items = len(body["items"])
+    return statistics.median(samples), percentile(samples, 0.99), items
+
+
+async def main(nodes: int, checks: int, requests: int) -> None:
+    before = rss_mib()
+    began = time.perf_counter()
+    entries = synthetic(nodes, checks)
+    check_list = [RegisteredCheck("fleet", f"check-{c:02d}", c, "Pod", 3, DIGEST, 604800) for c in range(checks)]
+    index = Index(entries, checks=check_list, node_uids={f"gpu-{n:05d}": f"uid-{n}" for n in range(nodes)})
+    del entries
+    built = time.perf_counter() - began
+    after = rss_mib()
+    counts = index.counts()
+    runner = web.AppRunner(make_app(Fixed(index), OpenAccess()), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    base = f"http://127.0.0.1:{port}/api/v1/results?limit=100"
+    last_token = encode_token(index.entries[len(index) - 101].key)
+    print(f"results: {len(index):,} ({nodes:,} Nodes x {checks} checks); states: {counts}")
+    print(f"index build (derive-free: classify + serialise + sort): {built:.1f} s")
+    print(f"resident memory: {before:.0f} MiB before, {after:.0f} MiB with the index (+{after - before:.0f} MiB)")
+    async with aiohttp.ClientSession() as session:
+        for label, url in (
+            ("first page of 100", base),
+            ("last page of 100", f"{base}&continue={last_token}"),
+            ("filtered: state=Failed", f"{base}&state=Failed"),
+            ("one Node's results", f"{base}&node=gpu-05000"),
+        ):
+            await measure(session, url, 5)  # warm up
+            p50, p99, items = await measure(session, url, requests)
+            print(f"{label:<26} p50 {p50:6.2f} ms   p99 {p99:6.2f} ms   ({items} items, {requests} requests)")
+    print(f"resident memory after serving: {rss_mib():.0f} MiB")
+    await runner.cleanup()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=10000)
+    parser.add_argument("--checks", type=int, default=10)
+    parser.add_argument("--requests", type=int, default=300)
+    args = parser.parse_args()
+    asyncio.run(main(args.nodes, args.checks, args.requests))
