@@ -8,6 +8,7 @@ the result onto the Nodes, and end the Run. Safe to repeat and to interrupt, in 
 3. the Run's terminal status.
 """
 
+import base64
 import contextlib
 import json
 from typing import Any
@@ -99,7 +100,7 @@ async def _decide(ctx: Context, run: Obj, workflow: Obj | None, deadline_passed:
         raise RuntimeError(f"Run {meta['name']}: its own evidence ConfigMap {name} is unreadable: {exc}") from exc
     if document.get("run", {}).get("uid") != meta["uid"]:
         raise RuntimeError(f"Run {meta['name']}: evidence ConfigMap {name} belongs to another Run; delete it")
-    size = len(existing.get("binaryData", {}).get("evidence.json.gz", "")) * 3 // 4
+    size = len(base64.b64decode(existing.get("binaryData", {}).get("evidence.json.gz", "")))
     return document, digest, size
 
 
@@ -108,7 +109,9 @@ def _too_large(run: Obj, decision: RunDecision, why: str) -> RunDecision:
         n: (Verdict.FAIL if v == Verdict.FAIL else Verdict.INCONCLUSIVE) for n, v in decision.node_verdicts.items()
     }
     phase = Phase.FAILED if decision.phase == Phase.FAILED else Phase.INCONCLUSIVE
-    return RunDecision(phase, "EvidenceTooLarge", why[:1000], decision.checks, nodes)
+    return RunDecision(
+        phase, "EvidenceTooLarge", why[:1000], decision.checks, nodes, decision.replaced_nodes, decision.deadline_passed
+    )
 
 
 async def _project(ctx: Context, run: Obj, profile: str, node_name: str, new: dict[str, str]) -> bool:

@@ -58,6 +58,7 @@ class CheckOutcome:
     digest: str | None
     document: Obj | None
     participant_verdicts: dict[int, Verdict]
+    reported_digest: str | None = None
 
 
 def _participants(run: Obj) -> list[Obj]:
@@ -74,8 +75,7 @@ def validate_check(run: Obj, check_index: int, document: Obj) -> tuple[Verdict, 
     results = evidence.results
     meta, spec = run["metadata"], run["spec"]
     check = spec["checks"][check_index]
-    results_doc = evidence.model_dump(mode="json", by_alias=True, exclude_none=True)["results"]
-    if sha256_digest(canonical_json(results_doc)) != evidence.results_digest:
+    if sha256_digest(canonical_json(document["results"])) != evidence.results_digest:
         return Verdict.INCONCLUSIVE, "DigestMismatch: the results do not match their recorded digest", {}
     identity = (results.run.namespace, results.run.name, results.run.uid)
     if identity != (meta["namespace"], meta["name"], meta["uid"]):
@@ -136,18 +136,22 @@ def assess_check(run: Obj, given: CheckInput) -> CheckOutcome:
     name = run["spec"]["checks"][given.index]["name"]
 
     def bad(problem: str, digest: str | None = None, document: Obj | None = None) -> CheckOutcome:
-        return CheckOutcome(given.index, name, Verdict.INCONCLUSIVE, problem, digest, document, {})
+        return CheckOutcome(given.index, name, Verdict.INCONCLUSIVE, problem, digest, document, {}, reported)
 
+    reported = given.reported_digest
     if given.config_map is None:
         return bad(f"MissingEvidence: no ConfigMap {given.config_map_name} (the check did not finish)")
     try:
         document, digest = decode_document(given.config_map, CHECK_EVIDENCE_SCHEMA)
     except EvidenceError as exc:
         return bad(f"MalformedEvidence: {exc}"[:300])
+    owners = {ref.get("uid") for ref in given.config_map.get("metadata", {}).get("ownerReferences") or []}
+    if run["metadata"]["uid"] not in owners:
+        return bad(f"ForeignEvidence: ConfigMap {given.config_map_name} is not owned by this Run", digest, document)
     if given.reported_digest is not None and given.reported_digest != digest:
         return bad("DigestMismatch: the stored evidence is not what the adapter reported", digest, document)
     verdict, problem, per_participant = validate_check(run, given.index, document)
-    return CheckOutcome(given.index, name, verdict, problem, digest, document, per_participant)
+    return CheckOutcome(given.index, name, verdict, problem, digest, document, per_participant, reported)
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,8 @@ class RunDecision:
     checks: list[CheckOutcome]
     node_verdicts: dict[str, Verdict]
     """Per participant Node name: what to project. Replaced Nodes are absent."""
+    replaced_nodes: tuple[str, ...] = ()
+    deadline_passed: bool = False
 
 
 def decide(
@@ -212,7 +218,7 @@ def decide(
             nodes[p["nodeName"]] = Verdict.PASS
         else:
             nodes[p["nodeName"]] = Verdict.INCONCLUSIVE
-    return RunDecision(phase, reason, message[:1000], checks, nodes)
+    return RunDecision(phase, reason, message[:1000], checks, nodes, tuple(replaced), deadline_passed)
 
 
 def run_document(run: Obj, decision: RunDecision, *, workflow: Obj | None, decided_at: str) -> Obj:
@@ -239,10 +245,13 @@ def run_document(run: Obj, decision: RunDecision, *, workflow: Obj | None, decid
                 "verdict": c.verdict.value,
                 "problem": c.problem,
                 "digest": c.digest,
+                "reportedDigest": c.reported_digest,
                 "evidence": c.document,
             }
             for c in decision.checks
         ],
+        "replacedNodes": list(decision.replaced_nodes),
+        "deadlinePassed": decision.deadline_passed,
         "nodes": {name: verdict.value for name, verdict in sorted(decision.node_verdicts.items())},
         "phase": decision.phase.value,
         "reason": decision.reason,

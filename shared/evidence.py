@@ -37,7 +37,6 @@ CHECK_EVIDENCE_SCHEMA: Final = "projectsignal.dev/check-evidence/v1"
 EVIDENCE_KEY: Final = "evidence.json.gz"
 DIGEST_ANNOTATION: Final = f"{keys.GROUP}/evidence-digest"
 SCHEMA_ANNOTATION: Final = f"{keys.GROUP}/evidence-schema"
-KIND_LABEL: Final = f"{keys.GROUP}/evidence"
 MAX_DOCUMENT_BYTES: Final = 2 * 1024 * 1024
 """Largest canonical JSON document accepted (uncompressed)."""
 MAX_STORED_BYTES: Final = 768 * 1024

@@ -96,9 +96,25 @@ def seal(document: Obj) -> Obj:
     return document
 
 
-def config_map(name: str, document: Obj | None, *, raw: bytes | None = None, immutable: bool = True) -> Obj:
+def config_map(
+    name: str, document: Obj | None, *, raw: bytes | None = None, immutable: bool = True, owner: Obj | None = None
+) -> Obj:
+    """An evidence ConfigMap as the adapter writes it: owned by the Run (``owner``, or the
+    Run the document names), immutable, gzip'd canonical JSON."""
     payload = raw if raw is not None else encode(document or {})[2]
     body: Obj = {"metadata": {"name": name}, "binaryData": {"evidence.json.gz": base64.b64encode(payload).decode()}}
+    run = (document or {}).get("results", {}).get("run", {})
+    if owner is None and run.get("uid"):
+        owner = {"metadata": {"name": run.get("name", "run"), "uid": run["uid"]}}
+    if owner is not None:
+        body["metadata"]["ownerReferences"] = [
+            {
+                "apiVersion": "projectsignal.dev/v1alpha1",
+                "kind": "CertificationRun",
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }
+        ]
     if immutable:
         body["immutable"] = True
     return body

@@ -84,7 +84,9 @@ async def _accept(ctx: Context, admin: KubeClient, run: dict[str, Any], workflow
 
 
 async def _store(admin: KubeClient, namespace: str, name: str, body: dict[str, Any]) -> None:
-    await admin.create(resource_path("v1", "configmaps", namespace), {**body, "metadata": {"name": name}})
+    await admin.create(
+        resource_path("v1", "configmaps", namespace), {**body, "metadata": {**body["metadata"], "name": name}}
+    )
 
 
 def _labels(node: dict[str, Any]) -> dict[str, str]:
@@ -128,6 +130,7 @@ RAW_CASES = {
         *eb.DOCUMENT_MUTATIONS,
         *RAW_CASES,
         "missing-evidence",
+        "not-owned-by-the-run",
         "mutable-config-map",
         "digest-of-a-different-document",
         "workflow-failed",
@@ -146,10 +149,13 @@ async def test_adversarial_evidence_never_passes(
     phase = "Succeeded"
     if case in eb.DOCUMENT_MUTATIONS:
         bad = eb.DOCUMENT_MUTATIONS[case](valid)
-        await _store(admin, ctx.namespace, name, eb.config_map(name, bad))
+        await _store(admin, ctx.namespace, name, eb.config_map(name, bad, owner=run))
         reported = {0: eb.digest_of(bad)}  # even when the adapter reported exactly this document
     elif case in RAW_CASES:
-        await _store(admin, ctx.namespace, name, eb.config_map(name, None, raw=RAW_CASES[case](valid)))
+        await _store(admin, ctx.namespace, name, eb.config_map(name, None, raw=RAW_CASES[case](valid), owner=run))
+    elif case == "not-owned-by-the-run":
+        stranger = {"metadata": {"name": "stranger", "uid": str(uuid.uuid4())}}
+        await _store(admin, ctx.namespace, name, eb.config_map(name, valid, owner=stranger))
     elif case == "mutable-config-map":
         await _store(admin, ctx.namespace, name, eb.config_map(name, valid, immutable=False))
     elif case == "digest-of-a-different-document":

@@ -37,6 +37,9 @@ DEPLOY = REPO / "deploy"
 LOCAL_OVERLAY = DEPLOY / "overlays" / "local"
 CRDS = REPO / "crds"
 CLUSTER_SCOPED_RBAC = {"ClusterRole", "ClusterRoleBinding"}
+ADMISSION_POLICY = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+PER_NAMESPACE = CLUSTER_SCOPED_RBAC | ADMISSION_POLICY
+"""Cluster-scoped objects a test renames ``<name>-<namespace>`` and deletes afterwards."""
 PLURALS = {
     "Namespace": "namespaces",
     "CustomResourceDefinition": "customresourcedefinitions",
@@ -50,8 +53,10 @@ PLURALS = {
     "PodDisruptionBudget": "poddisruptionbudgets",
     "NetworkPolicy": "networkpolicies",
     "WorkflowTemplate": "workflowtemplates",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }
-CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", *CLUSTER_SCOPED_RBAC}
+CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", *PER_NAMESPACE}
 APPLY_ORDER = ["Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role"]
 RESTRICTED_REJECTION = 'violates PodSecurity "restricted:latest"'
 
@@ -67,7 +72,8 @@ def kustomize(directory: Path) -> list[Obj]:
 
 def render_into(source: Path, namespace: str, workdir: Path) -> list[Obj]:
     """``source`` rendered for ``namespace`` through an overlay that sets only the namespace;
-    cluster-scoped RBAC renamed ``<name>-<namespace>``."""
+    cluster-scoped RBAC and the adapter's admission policy renamed ``<name>-<namespace>``, the
+    policy's binding selecting ``namespace``."""
     overlay = workdir / "overlay"
     overlay.mkdir(parents=True, exist_ok=True)
     kustomization = {
@@ -79,10 +85,14 @@ def render_into(source: Path, namespace: str, workdir: Path) -> list[Obj]:
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     docs = kustomize(overlay)
     for doc in docs:
-        if doc["kind"] in CLUSTER_SCOPED_RBAC:
+        if doc["kind"] in PER_NAMESPACE:
             doc["metadata"]["name"] += f"-{namespace}"
         if doc["kind"] == "ClusterRoleBinding":
             doc["roleRef"]["name"] += f"-{namespace}"
+        if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+            doc["spec"]["policyName"] += f"-{namespace}"
+            selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+            doc["spec"]["matchResources"]["namespaceSelector"] = selector
     return docs
 
 
@@ -119,7 +129,7 @@ async def installed(cluster: LocalCluster, namespace: str, tmp_path: Path) -> As
         yield docs
     finally:
         for doc in docs:
-            if doc["kind"] in CLUSTER_SCOPED_RBAC:
+            if doc["kind"] in PER_NAMESPACE:
                 with contextlib.suppress(ApiError):
                     await cluster.admin.delete(object_path(doc))
 
@@ -158,12 +168,18 @@ def test_deploy_renders_the_crds_from_crds_and_every_component() -> None:
     assert set(by_kind(docs, "Deployment")) == {"signal-controller", "signal-portal"}
     assert set(by_kind(docs, "PodDisruptionBudget")) == {"signal-controller", "signal-portal"}
     assert set(by_kind(docs, "WorkflowTemplate")) == {"signal-adapter"}
+    assert set(by_kind(docs, "ValidatingAdmissionPolicy")) == {"signal-adapter-workloads"}
+    assert set(by_kind(docs, "ValidatingAdmissionPolicyBinding")) == {"signal-adapter-workloads"}
     assert "default-deny-ingress" in by_kind(docs, "NetworkPolicy")
     namespaces = by_kind(docs, "Namespace")
     assert set(namespaces) == {"signal-system"}
     labels = namespaces["signal-system"]["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+    binding = by_kind(docs, "ValidatingAdmissionPolicyBinding")["signal-adapter-workloads"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "signal-system"
+    }
     namespaced = [d for d in docs if d["kind"] not in CLUSTER_SCOPED]
     assert {d["metadata"]["namespace"] for d in namespaced} == {"signal-system"}
 
@@ -289,7 +305,7 @@ async def test_deploy_applies_cleanly_with_server_side_apply(
         assert sa["automountServiceAccountToken"] is False
     finally:
         for doc in docs:
-            if doc["kind"] in CLUSTER_SCOPED_RBAC:
+            if doc["kind"] in PER_NAMESPACE:
                 with contextlib.suppress(ApiError):
                     await admin.delete(object_path(doc))
 

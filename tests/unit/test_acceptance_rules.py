@@ -89,7 +89,14 @@ def test_valid_document_passes_with_every_participant_pass() -> None:
     document = eb.check_evidence(run)
     outcome = assess(run, document, reported=eb.digest_of(document))
     assert outcome == CheckOutcome(
-        0, "inventory", Verdict.PASS, None, eb.digest_of(document), document, {0: Verdict.PASS, 1: Verdict.PASS}
+        0,
+        "inventory",
+        Verdict.PASS,
+        None,
+        eb.digest_of(document),
+        document,
+        {0: Verdict.PASS, 1: Verdict.PASS},
+        eb.digest_of(document),
     )
     assert validate_check(run, 0, document) == (Verdict.PASS, None, {0: Verdict.PASS, 1: Verdict.PASS})
 
@@ -257,6 +264,7 @@ def test_missing_config_map_is_missing_evidence() -> None:
         None,
         None,
         {},
+        "sha256:" + "a" * 64,
     )
 
 
@@ -815,10 +823,13 @@ def test_run_document_shape() -> None:
                 "verdict": c.verdict.value,
                 "problem": c.problem,
                 "digest": c.digest,
+                "reportedDigest": c.reported_digest,
                 "evidence": c.document,
             }
             for c in checks
         ],
+        "replacedNodes": [],
+        "deadlinePassed": False,
         "nodes": {"gpu-000": "Pass", "gpu-001": "Fail"},
         "phase": "Failed",
         "reason": "CheckFailed",
@@ -850,6 +861,7 @@ def test_run_document_records_missing_evidence_as_null() -> None:
         "verdict": "Inconclusive",
         "problem": "MissingEvidence: no ConfigMap r1-c1-evidence (the check did not finish)",
         "digest": None,
+        "reportedDigest": None,
         "evidence": None,
     }
 
@@ -894,3 +906,13 @@ def test_run_document_omits_replaced_nodes() -> None:
     assert document["nodes"] == {"gpu-000": "Inconclusive"}
     assert [p["nodeName"] for p in document["participants"]] == NODES
     assert (document["phase"], document["reason"]) == ("Inconclusive", "NodeReplaced")
+
+
+def test_evidence_not_owned_by_the_run_is_foreign() -> None:
+    run = make_run()
+    document = eb.check_evidence(run)
+    stranger = {"metadata": {"name": "other", "uid": "someone-else"}}
+    outcome = assess(run, document, owner=stranger)
+    assert outcome.verdict == Verdict.INCONCLUSIVE
+    assert (outcome.problem or "").startswith("ForeignEvidence: ConfigMap r1-c0-evidence is not owned by this Run")
+    assert assess(run, document).problem is None

@@ -50,7 +50,7 @@ class Recorded:
         self.check_cms: dict[int, Obj | None] = {
             i: None
             if d is None
-            else {**eb.config_map(f"r1-c{i}-evidence", d), "metadata": {"name": f"r1-c{i}-evidence"}}
+            else eb.config_map(f"r1-c{i}-evidence", d)
             for i, d in documents.items()
         }
         outcomes = [
@@ -112,7 +112,7 @@ def test_untouched_evidence_verifies_item_by_item() -> None:
 
 def _replace_check(rec: Recorded) -> None:
     forged = eb.check_evidence(rec.run, 1, verdicts={0: "Fail"})
-    rec.check_cms[1] = {**eb.config_map("r1-c1-evidence", forged), "metadata": {"name": "r1-c1-evidence"}}
+    rec.check_cms[1] = eb.config_map("r1-c1-evidence", forged)
 
 
 def _edit_status(field: str, value: Any) -> Callable[[Recorded], None]:
@@ -231,7 +231,7 @@ def test_negative_decisions_verify_when_untouched(case: str, phase: str, reason:
 def test_a_missing_check_that_reappears_is_a_mismatch() -> None:
     rec = _negative("evidence-missing")
     doc = eb.check_evidence(rec.run, 1)
-    rec.check_cms[1] = {**eb.config_map("r1-c1-evidence", doc), "metadata": {"name": "r1-c1-evidence"}}
+    rec.check_cms[1] = eb.config_map("r1-c1-evidence", doc)
     findings = rec.verify()
     assert states(findings)["check 1 check-1 evidence"] == "MISMATCH"
     assert verify.exit_code(findings) == 1
