@@ -101,7 +101,9 @@ def _workflow(run: Obj, digests: dict[int, str], phase: str = "Succeeded") -> Ob
 
 
 async def _store(admin: KubeClient, namespace: str, name: str, body: Obj) -> None:
-    await admin.create(resource_path("v1", "configmaps", namespace), {**body, "metadata": {"name": name}})
+    await admin.create(
+        resource_path("v1", "configmaps", namespace), {**body, "metadata": {**body["metadata"], "name": name}}
+    )
 
 
 async def _finished(ctx: Context, admin: KubeClient, cluster: LocalCluster, profile: str, checks: int = 2) -> Obj:
@@ -175,9 +177,9 @@ async def test_verify_agrees_with_every_recorded_decision(
         reported = eb.digest_of(eb.check_evidence(run, verdicts={1: "Fail"}))
     elif case in eb.DOCUMENT_MUTATIONS:
         bad = eb.DOCUMENT_MUTATIONS[case](valid)
-        stored, reported = eb.config_map(name, bad), eb.digest_of(bad)
+        stored, reported = eb.config_map(name, bad, owner=run), eb.digest_of(bad)
     elif case == "truncated-gzip":
-        stored = eb.config_map(name, None, raw=eb.truncated_gzip(valid))
+        stored = eb.config_map(name, None, raw=eb.truncated_gzip(valid), owner=run)
     elif case == "digest-reported-differently":
         reported = eb.digest_of(eb.check_evidence(run, verdicts={1: "Fail"}))
     elif case == "workflow-failed":
@@ -206,7 +208,9 @@ async def test_get_and_describe_show_phase_verdicts_and_nodes(
     assert header == ["NAME", "PROFILE", "PHASE", "REASON", "NODES", "CHECKS", "AGE"]
     assert row.split()[1:4] == ["show", "Succeeded", "AllChecksPassed"]
     assert "2/2 passed" in row
-    assert f"{ns}-show-0,{ns}-show-1" in row
+    ordered = [p["nodeName"] for p in sorted(run["spec"]["participants"], key=lambda p: p["index"])]
+    assert ",".join(ordered) in row
+    assert sorted(ordered) == [f"{ns}-show-0", f"{ns}-show-1"]
     rc, out, _ = await signalctl(kubeconfig, "get", "runs", "-A", "--profile", "show")
     assert rc == 0
     assert out.splitlines()[0].split()[0] == "NAMESPACE"
