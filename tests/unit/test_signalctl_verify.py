@@ -48,10 +48,7 @@ class Recorded:
         reported: dict[int, str] | None = None,
     ) -> None:
         self.check_cms: dict[int, Obj | None] = {
-            i: None
-            if d is None
-            else eb.config_map(f"r1-c{i}-evidence", d)
-            for i, d in documents.items()
+            i: None if d is None else eb.config_map(f"r1-c{i}-evidence", d) for i, d in documents.items()
         }
         outcomes = [
             assess_check(run, CheckInput(i, f"r1-c{i}-evidence", self.check_cms.get(i), (reported or {}).get(i)))
