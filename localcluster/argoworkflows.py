@@ -61,9 +61,12 @@ def controller_config() -> Obj:
     }
 
 
-def system_node() -> Obj:
-    """The simulated Node that hosts Workflow Pods: no GPUs, not a Signal fleet Node."""
+def system_node(kubelet_port: int) -> Obj:
+    """The simulated Node that hosts Workflow Pods: no GPUs, not a Signal fleet Node. Its
+    ``daemonEndpoints`` point the API server at the process kubelet's API (``pods/exec``, by
+    which Argo signals a step's containers on shutdown or deadline)."""
     manifest = SimNode(SYSTEM_NODE, gpus=0, rdma=0, cpu="64", memory="256Gi").manifest()
+    manifest["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": kubelet_port}}
     labels = manifest["metadata"]["labels"]
     for key in (SIMULATED_LABEL, "nvidia.com/gpu.product"):
         labels.pop(key, None)
@@ -122,6 +125,8 @@ class ArgoController:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.plane.workdir),
             "LEADER_ELECTION_DISABLE": "true",
+            # Re-reconcile a Workflow 1 s (not 10 s) after a change: short steps, quick tests.
+            "DEFAULT_REQUEUE_TIME": "1s",
         }
         component = Component("workflow-controller", args, self.plane.workdir / "workflow-controller.log")
         component.process = self._launch(component, env)

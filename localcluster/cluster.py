@@ -101,7 +101,11 @@ class LocalCluster:
             "KUBERNETES_SERVICE_PORT": str(self.plane.apiserver_port),
         }
         self.kubelet = ProcessKubelet(
-            self.admin, self.plane.workdir / "kubelet", lambda n: n in self.simulated, service_env=service_env
+            self.admin,
+            self.plane.workdir / "kubelet",
+            lambda n: n in self.simulated,
+            service_env=service_env,
+            tls_files=(self.plane.ca_file, self.plane.ca_file.with_suffix(".key")),
         )
         await self.kubelet.start()
         if self.install_upstream:
@@ -109,7 +113,7 @@ class LocalCluster:
             await self.mpi_operator.start()
         if argo_dir is not None:
             say("starting Argo's workflow-controller")
-            node = system_node()
+            node = system_node(self.kubelet.api_port)
             self.simulated.add(node["metadata"]["name"])
             await self.admin.create(resource_path("v1", "nodes"), node)
             self.argo = ArgoController(self.plane, self.admin, argo_dir)

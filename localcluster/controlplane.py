@@ -225,6 +225,8 @@ class ControlPlane:
             f"--service-account-key-file={self.workdir / 'sa.pub'}",
             f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16",
+            # Simulated Nodes' host names do not resolve; their InternalIP is 127.0.0.1.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--allow-privileged=true",
             "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
             # No node-lifecycle controller runs, so nothing would lift the not-ready taint.

@@ -12,19 +12,30 @@ inside running Pods for the rsh agent (``localcluster.podexec``, ``localcluster.
 and every container gets the environment that points OpenMPI at that agent. Exec'd
 commands belong to the Pod: they are killed when the Pod is deleted or when its
 containers have all exited, as a container runtime would.
+
+With ``tls_files`` it also answers the API server's kubelet connections (``pods/exec``, on
+:attr:`ProcessKubelet.api_port`, for Nodes whose ``daemonEndpoints`` name that port) for one
+command only, signalling a container's first process: ``<...>/argoexec kill <signal> 1`` or
+``/bin/sh -c "kill -<signal> 1"``, which is how Argo's workflow-controller stops a step's
+containers (Workflow shutdown, deadline). The signal is delivered and the upgrade refused
+(there is no stream to attach); the caller ignores the answer, as Argo does. Any other
+command is refused.
 """
 
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import signal
+import ssl
 import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import structlog
 
@@ -43,6 +54,7 @@ TERMINATION_MESSAGE_LIMIT = 4096
 KILL_GRACE_SECONDS = 2.0
 UNIX_SOCKET_PATH_LIMIT = 100
 VOLUME_RETRY_SECONDS = 5.0
+_SHELL_KILL = re.compile(r"kill -(\d+) 1")
 
 
 def _now() -> str:
@@ -70,10 +82,14 @@ class ProcessKubelet:
     manages: Callable[[str], bool]
     service_env: dict[str, str] = field(default_factory=dict)
     """What every container gets for in-cluster config (KUBERNETES_SERVICE_HOST and _PORT)."""
+    tls_files: tuple[Path, Path] | None = None
+    """Certificate and key for the kubelet API (``pods/exec`` kill only); None: no kubelet API."""
+    api_port: int = 0
     runs: dict[str, PodRun] = field(default_factory=dict)
     _watcher: asyncio.Task[None] | None = None
     _background: set[asyncio.Task[None]] = field(default_factory=set)
     _exec_server: ExecServer | None = None
+    _api_server: asyncio.Server | None = None
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(coro, name=name)
@@ -95,9 +111,16 @@ class ProcessKubelet:
             socket_path = Path(tempfile.mkdtemp(prefix="signal-exec-")) / "exec.sock"
         self._exec_server = ExecServer(socket_path, self._exec_target)
         await self._exec_server.start()
+        if self.tls_files is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*map(str, self.tls_files))
+            self._api_server = await asyncio.start_server(self._serve_api, "127.0.0.1", 0, ssl=context)
+            self.api_port = self._api_server.sockets[0].getsockname()[1]
         self._watcher = asyncio.create_task(self._watch_forever(), name="process-kubelet-watch")
 
     async def stop(self) -> None:
+        if self._api_server:
+            self._api_server.close()
         if self._exec_server:
             await self._exec_server.stop()
         if self._watcher:
@@ -270,6 +293,50 @@ class ProcessKubelet:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, sig)
 
+    # -- the kubelet API: pods/exec, for signals only ------------------------------------
+
+    async def _serve_api(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
+            method, target, _version = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
+            status, message = self._api_request(method, target)
+            body = message.encode()
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            log.info("kubelet API request dropped", error=str(exc))
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError, ssl.SSLError):
+                await writer.wait_closed()
+
+    def _api_request(self, method: str, target: str) -> tuple[str, str]:
+        """Handle ``/exec/<namespace>/<pod>[/<uid>]/<container>?command=...``: (status, message)."""
+        url = urlsplit(target)
+        parts = [unquote(p) for p in url.path.strip("/").split("/")]
+        if method not in {"GET", "POST"} or len(parts) not in {4, 5} or parts[0] != "exec":
+            return "404 Not Found", f"process kubelet: no {method} {url.path}"
+        namespace, name, container = parts[1], parts[2], parts[-1]
+        command = parse_qs(url.query).get("command", [])
+        number = _kill_signal(command)
+        if number is None:
+            return "403 Forbidden", f"process kubelet: exec only simulates signalling PID 1, not {command}"
+        for run in self.runs.values():
+            meta = run.pod["metadata"]
+            if (meta["namespace"], meta["name"]) != (namespace, name):
+                continue
+            process = run.processes.get(container)
+            if process is None or process.returncode is not None:
+                return "409 Conflict", f"process kubelet: container {container} of {namespace}/{name} is not running"
+            os.kill(process.pid, number)
+            log.info("exec: signalled a container", pod=pod_key(run.pod), container=container, signal=number)
+            return "200 OK", f"process kubelet: sent signal {number} to PID 1 of {namespace}/{name}/{container}"
+        return "404 Not Found", f"process kubelet: no Pod {namespace}/{name} runs here"
+
     # -- status --------------------------------------------------------------------------
 
     def _running(self, pod: Obj, started: str) -> list[Obj]:
@@ -378,3 +445,15 @@ class ProcessKubelet:
         except ApiError as exc:
             if exc.status not in {404, 409}:
                 raise
+
+
+def _kill_signal(command: list[str]) -> int | None:
+    """The signal of ``<...>/argoexec kill <n> 1`` or ``/bin/sh -c "kill -<n> 1"``, else None."""
+    argoexec = len(command) == 4 and command[0].rsplit("/", 1)[-1] == "argoexec" and command[1] == "kill"
+    if argoexec and command[2].isdigit() and command[3] == "1":
+        return int(command[2])
+    if len(command) == 3 and command[:2] == ["/bin/sh", "-c"]:
+        match = _SHELL_KILL.fullmatch(command[2].strip())
+        if match:
+            return int(match.group(1))
+    return None

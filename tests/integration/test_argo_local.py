@@ -33,6 +33,10 @@ PASS = """#!/bin/sh
 echo "participant $SIGNAL_PARTICIPANT_INDEX on $SIGNAL_NODE_NAME"
 printf '{"ok": true}' > "$SIGNAL_MEASUREMENTS_FILE"
 """
+SLOW = """#!/bin/sh
+echo "participant $SIGNAL_PARTICIPANT_INDEX sleeping"
+sleep 120
+"""
 FAIL_ON_ONE = """#!/bin/sh
 echo "participant $SIGNAL_PARTICIPANT_INDEX on $SIGNAL_NODE_NAME"
 if [ "$SIGNAL_PARTICIPANT_INDEX" = "1" ]; then echo "ECC errors found" >&2; exit 1; fi
@@ -50,11 +54,23 @@ async def world(
     await w.cleanup()
 
 
-async def submit(world: AdapterWorld) -> Obj:
-    """The template from deploy/ and the controller's Workflow for the world's Run."""
+async def submit(world: AdapterWorld, suite_deadline: int | None = None) -> Obj:
+    """The template from deploy/ and the controller's Workflow for the world's Run (with
+    ``suite_deadline``, for a Run with that suiteDeadlineSeconds)."""
     template = yaml.safe_load(TEMPLATE.read_text())
     await world.admin.create(resource_path(ARGO, "workflowtemplates", world.namespace), template)
-    return await world.admin.create(resource_path(ARGO, "workflows", world.namespace), workflow_manifest(world.run))
+    run = world.run
+    if suite_deadline is not None:
+        run = {**run, "spec": {**run["spec"], "suiteDeadlineSeconds": suite_deadline}}
+    return await world.admin.create(resource_path(ARGO, "workflows", world.namespace), workflow_manifest(run))
+
+
+async def running_backend(world: AdapterWorld, count: int, timeout: float = 60.0) -> None:
+    """Wait until the adapter's backend Pods (one per participant) are Running."""
+    deadline = time.monotonic() + timeout
+    while sum(p["status"].get("phase") == "Running" for p in await world.pods()) < count:
+        assert time.monotonic() < deadline, await step_logs(world)
+        await asyncio.sleep(0.3)
 
 
 async def finished(world: AdapterWorld, name: str, timeout: float = 180.0) -> Obj:
@@ -183,3 +199,36 @@ async def test_argo_lint_offline_accepts_the_template_and_a_generated_workflow(
     result = argo_lint(argo, workflow_file)
     assert result.returncode != 0
     assert 'couldn\'t find workflow template "signal-adapter"' in result.stdout + result.stderr
+
+
+async def test_shutdown_terminate_stops_the_running_step(world: AdapterWorld) -> None:
+    """The controller cancels a Run with spec.shutdown=Terminate: Argo signals the step's
+    containers through pods/exec (``argoexec kill 15 1``), which the process kubelet simulates."""
+    await world.setup(2, {"slow.sh": SLOW, "b.sh": PASS}, [check("slow", "slow.sh", deadline="5m"), check("b", "b.sh")])
+    created = await submit(world)
+    name = created["metadata"]["name"]
+    await running_backend(world, 2)
+    began = time.monotonic()
+    patch = {"spec": {"shutdown": "Terminate"}}
+    await world.admin.merge_patch(resource_path(ARGO, "workflows", world.namespace, name), patch)
+    workflow = await finished(world, name, timeout=90)
+    status = workflow["status"]
+    assert time.monotonic() - began < 60, "the step ran on instead of being stopped"
+    assert status["phase"] == "Failed", status
+    assert status["message"] == "Stopped with strategy 'Terminate'", status
+    steps = check_nodes(workflow)
+    assert [parameters(n, "inputs")["index"] for n in steps] == ["0"]
+    assert steps[0]["phase"] == "Failed"
+
+
+async def test_the_suite_deadline_stops_the_running_step(world: AdapterWorld) -> None:
+    await world.setup(1, {"slow.sh": SLOW, "b.sh": PASS}, [check("slow", "slow.sh", deadline="5m"), check("b", "b.sh")])
+    began = time.monotonic()
+    created = await submit(world, suite_deadline=15)
+    workflow = await finished(world, created["metadata"]["name"], timeout=90)
+    status = workflow["status"]
+    assert time.monotonic() - began < 60, "the step outlived the Workflow's activeDeadlineSeconds"
+    assert status["phase"] == "Failed", status
+    steps = check_nodes(workflow)
+    assert [parameters(n, "inputs")["index"] for n in steps] == ["0"]
+    assert steps[0]["phase"] == "Failed"
