@@ -7,6 +7,7 @@ adapter inside the step Pod using in-cluster config as its ServiceAccount (issue
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +21,8 @@ from controller.manifests import workflow_manifest
 from localcluster.argoworkflows import SYSTEM_NODE
 from localcluster.binaries import argo_build_dir
 from localcluster.cluster import LocalCluster
-from localcluster.kube import KubeClient, Obj, resource_path
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.podprocess import MOUNT_NAMESPACES_ANNOTATION
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from tests.adapter_support import AdapterWorld, check
 
@@ -232,3 +234,68 @@ async def test_the_suite_deadline_stops_the_running_step(world: AdapterWorld) ->
     steps = check_nodes(workflow)
     assert [parameters(n, "inputs")["index"] for n in steps] == ["0"]
     assert steps[0]["phase"] == "Failed"
+
+
+MOUNTS_SCRIPT = """set -e
+cat /etc/signal-mount-test/greeting > /data/copy
+echo "$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT" > /data/service
+cat /var/run/secrets/kubernetes.io/serviceaccount/namespace > /data/namespace
+test -s /var/run/secrets/kubernetes.io/serviceaccount/token
+test -s /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+echo private > /tmp/private
+if touch /etc/signal-mount-test/new 2>/dev/null; then echo writable > /data/configmap; fi
+echo "mounted at the real paths" > /dev/termination-log
+"""
+
+
+async def test_mount_namespaces_give_a_pod_its_real_mount_paths(cluster: LocalCluster, namespace: str) -> None:
+    """The kubelet feature Argo's executor needs, for any Pod that opts in: volumes at their real
+    paths (a ConfigMap read-only), the ServiceAccount volume, a private /tmp, the termination
+    message path; nothing is created on the host."""
+    admin = cluster.admin
+    config = {"metadata": {"name": "greeting"}, "data": {"greeting": "hello"}}
+    await admin.create(resource_path("v1", "configmaps", namespace), config)
+    body = {
+        "metadata": {"name": "mounts", "annotations": {MOUNT_NAMESPACES_ANNOTATION: "true"}},
+        "spec": {
+            "nodeName": SYSTEM_NODE,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": ["sh", "-c", MOUNTS_SCRIPT],
+                    "volumeMounts": [
+                        {"name": "config", "mountPath": "/etc/signal-mount-test"},
+                        {"name": "data", "mountPath": "/data"},
+                    ],
+                }
+            ],
+            "volumes": [{"name": "config", "configMap": {"name": "greeting"}}, {"name": "data", "emptyDir": {}}],
+        },
+    }
+    deadline = time.monotonic() + 30
+    while True:  # the namespace's default ServiceAccount may not exist yet
+        try:
+            created = await admin.create(resource_path("v1", "pods", namespace), body)
+            break
+        except ApiError as exc:
+            if exc.status != 403 or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+    path = resource_path("v1", "pods", namespace, "mounts")
+    while (pod := await admin.get(path))["status"].get("phase") not in {"Succeeded", "Failed"}:
+        assert time.monotonic() < deadline, pod["status"]
+        await asyncio.sleep(0.2)
+    assert cluster.kubelet is not None
+    log = cluster.kubelet.log_path(created, "main").read_text()
+    assert pod["status"]["phase"] == "Succeeded", log
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert terminated["message"].strip() == "mounted at the real paths"
+    data = next(cluster.kubelet.workdir.glob(f"{namespace}_mounts_*")) / "volumes" / "data"
+    assert (data / "copy").read_text() == "hello"
+    assert (data / "service").read_text().strip() == f"127.0.0.1:{cluster.plane.apiserver_port}"
+    assert (data / "namespace").read_text() == namespace
+    assert not (data / "configmap").exists(), "a ConfigMap volume must be read-only"
+    for host_path in ("/etc/signal-mount-test", "/data/copy", "/tmp/private"):
+        assert not os.path.exists(host_path), f"{host_path} leaked onto the host"
