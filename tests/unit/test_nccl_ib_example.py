@@ -1,0 +1,399 @@
+"""The NCCL-over-InfiniBand example (examples/nccl-ib/): its verifier on realistic logs, the
+script as the runner runs it (its ``#!`` line, a clean environment, a stand-in
+``all_reduce_perf``), and its Profile.
+
+The logs in tests/data/nccl/ were written by hand for this project (no copied logs; hosts,
+pids, addresses and bandwidths are invented, table rows computed from chosen bandwidths).
+Their shapes follow NCCL's documented ``NCCL_DEBUG=INFO`` line format
+(``host:pid:tid [cudaDev] NCCL INFO ...``; ``NCCL WARN`` lines carry ``file:line``), its
+INIT/NET messages (``NET/IB : Using [0]mlx5_0:1/IB ; OOB ...``, ``NET/Socket : Using ...``,
+``Using network IB``, ``Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA`` and the
+older ``0[1b000]`` bus-id form, ``... rank 0 nranks 2 ... - Init COMPLETE``) and the
+output format of NVIDIA's nccl-tests (the ``# Using devices`` rank list, the result table
+``size count type redop root time algbw busbw #wrong ...``, ``# Out of bounds values : 0
+OK`` and ``# Avg bus bandwidth : X``). Scenarios: IB with GDRDMA (both ranks), RoCE on NCCL
+2.17, the HPC-X IBext_v8 plugin, a socket fall-back (both ranks), one channel on a socket, a
+single-node run over NVLink P2P, a log cut in the middle of the table, a network error
+(``NCCL WARN`` and ``Test NCCL failure``), and a slow link.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from runner.execute import clean_environment, script_argv
+from shared.profile import CertificationProfile
+from shared.result import validate_measurements
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "nccl-ib"
+SCRIPT = EXAMPLE / "scripts" / "nccl_ib_allreduce.py"
+DATA = REPO / "tests" / "data" / "nccl"
+
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("nccl_ib_allreduce", SCRIPT)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("nccl_ib_allreduce", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+nccl = load_script()
+SETTINGS = nccl.Settings(threshold_gbps=40.0)
+
+
+def log(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def check(name: str, *, rank: int = 0, world: int = 2, exit_code: int | None = 0, settings=SETTINGS, text=None):
+    parsed = nccl.parse_log(text if text is not None else log(name))
+    return nccl.verify(parsed, rank=rank, world_size=world, exit_code=exit_code, settings=settings)
+
+
+def test_the_script_imports_only_the_standard_library() -> None:
+    imports = re.findall(r"^(?:import|from) (\w+)", SCRIPT.read_text(), re.MULTILINE)
+    assert set(imports) <= set(sys.stdlib_module_names), imports
+    assert SCRIPT.read_text().startswith("#!/usr/bin/env python3\n")
+
+
+def test_the_shipped_script_has_no_threshold() -> None:
+    assert nccl.MIN_BUSBW_GBPS is None
+    problems = nccl.config_problems(nccl.settings_from_constants())
+    assert len(problems) == 1
+    assert "MIN_BUSBW_GBPS is not set" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("settings", "fragment"),
+    [
+        (nccl.Settings(threshold_gbps=0.0), "positive number"),
+        (nccl.Settings(threshold_gbps=float("nan")), "positive number"),
+        (nccl.Settings(threshold_gbps=True), "positive number"),
+        (nccl.Settings(threshold_gbps=40.0, metric="peak"), "BUSBW_METRIC"),
+        (nccl.Settings(threshold_gbps=40.0, expected_world_size=1), "EXPECTED_WORLD_SIZE"),
+        (nccl.Settings(threshold_gbps=40.0, allowed_warnings=("(",)), "ALLOWED_WARNINGS"),
+    ],
+)
+def test_bad_configuration_is_refused(settings, fragment: str) -> None:
+    assert any(fragment in p for p in nccl.config_problems(settings))
+    verdict = check("ib_gdrdma.rank0.log", settings=settings)
+    assert not verdict.passed
+
+
+def test_ib_with_gdrdma_passes_and_measures() -> None:
+    parsed = nccl.parse_log(log("ib_gdrdma.rank0.log"))
+    assert parsed.header_ranks == {0: ["sig-4f1c2a9b7d3e-c0-worker-0"], 1: ["sig-4f1c2a9b7d3e-c0-worker-1"]}
+    assert parsed.ib_devices == [("mlx5_0:1", "IB")]
+    assert [c.via for c in parsed.channels] == ["NET/IB/0/GDRDMA"] * 4
+    assert {c.direction for c in parsed.channels} == {"send", "receive"}
+    assert (0, 2) in parsed.init_complete
+    assert len(parsed.rows) == 10
+    assert parsed.out_of_bounds == (0, "OK")
+    verdict = check("ib_gdrdma.rank0.log")
+    assert verdict.passed, verdict.reasons
+    m = verdict.measurements
+    assert m["transport"] == "IB"
+    assert m["net"] == "IB"
+    assert m["gdrdma"] is True
+    assert m["channels"] == 4
+    assert m["hosts"] == 2
+    assert m["world_size"] == 2
+    assert m["busbw_gbps"] == m["busbw_largest_gbps"] == 47.43
+    assert m["busbw_avg_gbps"] == pytest.approx(44.8205)
+    assert m["largest_bytes"] == 4 * 1024**3
+    assert m["threshold_gbps"] == 40.0
+    assert m["nccl_version"] == "2.21.5"
+    assert m["passed"] is True
+    assert validate_measurements(m) == m  # the runner's measurements protocol
+
+
+def test_rank_1_verifies_its_own_part() -> None:
+    verdict = check("ib_gdrdma.rank1.log", rank=1)
+    assert verdict.passed, verdict.reasons
+    # Rank 1 has no header or summary of its own; as rank 0 that log is never a pass.
+    assert not check("ib_gdrdma.rank1.log", rank=0).passed
+
+
+def test_roce_passes_on_an_older_nccl() -> None:
+    verdict = check("roce.rank0.log", settings=nccl.Settings(threshold_gbps=20.0))
+    assert verdict.passed, verdict.reasons
+    assert verdict.measurements["transport"] == "RoCE"
+    assert verdict.measurements["gdrdma"] is False
+    assert verdict.measurements["ib_devices"] == "mlx5_0:1 mlx5_1:1"
+    assert not check("roce.rank0.log", settings=nccl.Settings(threshold_gbps=20.0, require_gdrdma=True)).passed
+
+
+def test_ibext_plugin_passes() -> None:
+    verdict = check("ibext_v8.rank0.log", settings=nccl.Settings(threshold_gbps=85.0))
+    assert verdict.passed, verdict.reasons
+    assert verdict.measurements["net"] == "IBext_v8"
+    assert verdict.measurements["gdrdma"] is True
+
+
+@pytest.mark.parametrize(
+    ("name", "rank", "expected"),
+    [
+        ("socket_fallback.rank0.log", 0, "socket fall-back: 4 channel(s) via NET/Socket"),
+        ("socket_fallback.rank1.log", 1, "socket fall-back"),
+        ("mixed_socket.rank0.log", 0, "socket fall-back: 2 channel(s) via NET/Socket"),
+        ("single_node.rank0.log", 0, "1 distinct host(s) in the nccl-tests header, expected 2"),
+        ("single_node.rank0.log", 0, "not via NET/IB (first: via P2P/CUMEM/read)"),
+        ("truncated.rank0.log", 0, "the run did not complete"),
+        ("nccl_warn.rank0.log", 0, "error line(s), first: sig-4f1c2a9b7d3e-c0-worker-0:57:75 [0] transport/net_ib.cc"),
+        ("ib_slow.rank0.log", 0, "bus bandwidth (largest) 11.46 GB/s is below the threshold 40 GB/s"),
+    ],
+)
+def test_failures(name: str, rank: int, expected: str) -> None:
+    verdict = check(name, rank=rank)
+    assert not verdict.passed
+    assert verdict.measurements["passed"] is False
+    assert any(expected in reason for reason in verdict.reasons), verdict.reasons
+
+
+def test_socket_fallback_fails_even_with_a_tiny_threshold() -> None:
+    verdict = check("socket_fallback.rank0.log", settings=nccl.Settings(threshold_gbps=0.001))
+    assert not verdict.passed
+    assert verdict.measurements["transport"] == "none"
+    assert verdict.measurements["channels"] == 0
+    assert any("no channel via NET/IB" in r for r in verdict.reasons)
+
+
+def test_threshold_uses_the_chosen_metric() -> None:
+    # Largest size: 47.43 GB/s; average over every size: 44.82 GB/s.
+    assert check("ib_gdrdma.rank0.log", settings=nccl.Settings(threshold_gbps=46.0)).passed
+    avg = check("ib_gdrdma.rank0.log", settings=nccl.Settings(threshold_gbps=46.0, metric="avg"))
+    assert not avg.passed
+    assert avg.measurements["busbw_gbps"] == pytest.approx(44.8205)
+    assert check("ib_gdrdma.rank0.log", settings=nccl.Settings(threshold_gbps=47.43)).passed  # at the threshold
+    assert not check("ib_gdrdma.rank0.log", settings=nccl.Settings(threshold_gbps=47.44)).passed
+
+
+def test_the_run_must_be_proven_on_two_nodes() -> None:
+    text = log("ib_gdrdma.rank0.log")
+    assert not check("", world=1, text=text).passed  # SIGNAL_WORLD_SIZE 1
+    one_rank = "\n".join(line for line in text.splitlines() if "#  Rank  1 " not in line)
+    assert any("expected 0..1" in r for r in check("", text=one_rank).reasons)
+    same_host = text.replace("on sig-4f1c2a9b7d3e-c0-worker-1 ", "on sig-4f1c2a9b7d3e-c0-worker-0 ")
+    assert any("1 distinct host(s)" in r for r in check("", text=same_host).reasons)
+    duplicate = text.replace("#  Rank  1 Group  0 Pid     49 on", "#  Rank  0 Group  0 Pid     49 on")
+    assert not check("", text=duplicate).passed
+    wrong_world = text.replace(
+        "rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 18000 commId 0x9f3e2b7c1d4a6e58 - Init COMPLETE",
+        "rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 18000 commId 0x9f3e2b7c1d4a6e58 - Init COMPLETE",
+    )
+    assert any("Init COMPLETE" in r for r in check("", text=wrong_world).reasons)
+    foreign = text + "sig-4f1c2a9b7d3e-c0-worker-1:49:49 [0] NCCL INFO Connected all rings\n"
+    assert any("not only rank 0's host" in r for r in check("", text=foreign).reasons)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        ("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED", "out of bounds values: 3 FAILED"),
+        ("  47.43      0\n", "  47.43     17\n", "wrong elements"),
+        ("  47.43      0\n", "  47.43    N/A\n", "wrong elements (or no validation)"),
+        ("Using network IB", "Using network AWS Libfabric", "NCCL chose network"),
+        ("[send] via NET/IB/0/GDRDMA", "[send] via NET/OFI/0/GDRDMA", "not via NET/IB"),
+        ("[receive] via NET/IB/0/GDRDMA", "[receive] via SHM/direct/direct", "not via NET/IB"),
+        (
+            "NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]",
+            "NCCL INFO NET/IB : Using [0]mlx5_0:1/ETH [RO]",
+            "no IB device",
+        ),
+        ("# Avg bus bandwidth    : 44.8205", "# Avg bus bandwidth    : nan", "the run did not complete"),
+    ],
+)
+def test_edits_of_a_good_log_fail(old: str, new: str, expected: str) -> None:
+    text = log("ib_gdrdma.rank0.log")
+    assert old in text
+    verdict = check("", text=text.replace(old, new))
+    assert not verdict.passed
+    assert any(expected in r for r in verdict.reasons), verdict.reasons
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "host:1:1 [0] NCCL INFO ncclSystemError: System call (e.g. socket, malloc) or external library call failed",
+        "host: Test CUDA failure common.cu:892 'out of memory'",
+        "host:1:1 [0] init.cc:1234 NCCL WARN Cuda failure 'invalid device ordinal'",
+        "*** Process received signal ***",
+        "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD",
+        "ncclInternalError: Internal check failed.",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+    ],
+)
+def test_error_lines_fail(line: str) -> None:
+    text = log("ib_gdrdma.rank0.log") + line + "\n"
+    verdict = check("", text=text)
+    assert not verdict.passed
+    assert any("error line(s)" in r for r in verdict.reasons)
+
+
+def test_allowed_warnings_are_the_operators_choice() -> None:
+    text = (
+        log("ib_gdrdma.rank0.log")
+        + "sig-4f1c2a9b7d3e-c0-worker-0:57:57 [0] misc/ibvwrap.cc:90 NCCL WARN NET/IB : harmless notice\n"
+    )
+    assert not check("", text=text).passed
+    allowed = nccl.Settings(threshold_gbps=40.0, allowed_warnings=("harmless notice",))
+    assert check("", text=text, settings=allowed).passed
+    # An allow-list never excuses a nccl-tests failure.
+    assert not check("", text=text + "host: Test NCCL failure common.cu:1 'x'\n", settings=allowed).passed
+
+
+def test_a_failed_or_killed_all_reduce_perf_fails() -> None:
+    assert any("exited 1" in r for r in check("ib_gdrdma.rank0.log", exit_code=1).reasons)
+    assert any("did not exit" in r for r in check("ib_gdrdma.rank0.log", exit_code=None).reasons)
+    assert any("world size 3" in r for r in check("ib_gdrdma.rank0.log", world=3).reasons)
+
+
+def test_openmpi_notices_are_not_result_rows() -> None:
+    text = log("ib_gdrdma.rank0.log").replace(
+        "# Using devices\n", "# Using devices\n  Local host:   sig-4f1c2a9b7d3e-c0-worker-0\n  Local device: mlx5_0\n"
+    )
+    assert check("", text=text).passed
+
+
+# --- The script as the runner runs it ---------------------------------------------------------
+
+
+def configured_copy(tmp_path: Path, log_name: str | None, *, threshold: str | None = "40.0", code: int = 0) -> Path:
+    """The script as an operator would edit it, pointing at a stand-in all_reduce_perf that
+    prints one of the test logs (and exits ``code``)."""
+    fake = tmp_path / "all_reduce_perf"
+    source = DATA / log_name if log_name else Path("/dev/null")
+    fake.write_text(f"#!/bin/sh\ncat '{source}'\nexit {code}\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    text = SCRIPT.read_text()
+    text = text.replace(
+        'ALL_REDUCE_PERF: str = "/opt/nccl-tests/build/all_reduce_perf"', f'ALL_REDUCE_PERF: str = "{fake}"'
+    )
+    if threshold is not None:
+        text = text.replace("MIN_BUSBW_GBPS: float | None = None", f"MIN_BUSBW_GBPS: float | None = {threshold}")
+    script = tmp_path / "scripts" / "nccl_ib_allreduce.py"
+    script.parent.mkdir()
+    script.write_text(text)
+    script.chmod(0o444)  # mounted read-only, maybe without the execute bit: run by its #! line
+    return script
+
+
+def run_as_rank(
+    script: Path, tmp_path: Path, rank: int = 0, world: int = 2
+) -> tuple[subprocess.CompletedProcess, Path]:
+    measurements = tmp_path / f"measurements-{rank}.json"
+    work = tmp_path / f"work-{rank}"
+    work.mkdir()
+    inherited = {**os.environ, "OMPI_COMM_WORLD_RANK": str(rank), "SECRET_TOKEN": "x"}
+    env = clean_environment(
+        inherited,
+        {
+            "SIGNAL_RANK": str(rank),
+            "SIGNAL_WORLD_SIZE": str(world),
+            "SIGNAL_WORKDIR": str(work),
+            "SIGNAL_MEASUREMENTS_FILE": str(measurements),
+        },
+        home=tmp_path,
+        mpi=True,
+    )
+    done = subprocess.run(
+        script_argv(script), env=env, cwd=work, capture_output=True, text=True, timeout=60, check=False
+    )
+    return done, measurements
+
+
+def test_script_passes_on_an_ib_log(tmp_path: Path) -> None:
+    done, measurements = run_as_rank(configured_copy(tmp_path, "ib_gdrdma.rank0.log"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "via NET/IB/0/GDRDMA" in done.stdout  # the log reaches mpirun's (digested) output
+    line = next(x for x in done.stdout.splitlines() if x.startswith(nccl.RESULT_PREFIX))
+    report = json.loads(line[len(nccl.RESULT_PREFIX) :])
+    assert report["passed"] is True
+    assert report["reasons"] == []
+    written = json.loads(measurements.read_text())
+    assert validate_measurements(written) == written
+    assert written["busbw_gbps"] == 47.43
+    assert written["transport"] == "IB"
+    assert (tmp_path / "work-0" / "all_reduce_perf.rank0.log").read_text() == log("ib_gdrdma.rank0.log")
+
+
+def test_script_fails_on_a_socket_fallback(tmp_path: Path) -> None:
+    done, measurements = run_as_rank(configured_copy(tmp_path, "socket_fallback.rank0.log"), tmp_path)
+    assert done.returncode == 1
+    assert "FAIL: socket fall-back" in done.stderr
+    assert json.loads(measurements.read_text())["passed"] is False
+
+
+def test_script_rank_1_passes_and_writes_no_measurements(tmp_path: Path) -> None:
+    done, measurements = run_as_rank(configured_copy(tmp_path, "ib_gdrdma.rank1.log"), tmp_path, rank=1)
+    assert done.returncode == 0, done.stderr
+    assert not measurements.exists()
+
+
+def test_script_fails_when_all_reduce_perf_fails(tmp_path: Path) -> None:
+    done, _ = run_as_rank(configured_copy(tmp_path, "ib_gdrdma.rank0.log", code=3), tmp_path)
+    assert done.returncode == 1
+    assert "all_reduce_perf exited 3" in done.stderr
+
+
+def test_unconfigured_script_refuses_to_run(tmp_path: Path) -> None:
+    script = configured_copy(tmp_path, "ib_gdrdma.rank0.log", threshold=None)
+    done, measurements = run_as_rank(script, tmp_path)
+    assert done.returncode == 2
+    assert "MIN_BUSBW_GBPS is not set" in done.stderr
+    assert "no hardware thresholds" in done.stderr
+    assert not measurements.exists()
+    assert "NCCL INFO" not in done.stdout
+
+
+def test_script_outside_mpi_refuses(tmp_path: Path) -> None:
+    script = configured_copy(tmp_path, "ib_gdrdma.rank0.log")
+    env = clean_environment(os.environ, {"SIGNAL_PARTICIPANT_INDEX": "0"}, home=tmp_path)
+    done = subprocess.run(script_argv(script), env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "backend MPIJob" in done.stderr
+
+
+def test_script_cannot_start_all_reduce_perf(tmp_path: Path) -> None:
+    script = configured_copy(tmp_path, None)
+    (tmp_path / "all_reduce_perf").unlink()
+    done, _ = run_as_rank(script, tmp_path)
+    assert done.returncode == 1
+    assert "cannot start" in done.stdout + done.stderr
+
+
+# --- The Profile ------------------------------------------------------------------------------
+
+
+def test_profile_validates_and_names_the_script() -> None:
+    document = yaml.safe_load((EXAMPLE / "profile.yaml").read_text())
+    profile = CertificationProfile.model_validate(document)
+    assert profile.spec.participants.count == 2
+    (only,) = profile.spec.checks
+    assert only.backend == "MPIJob"
+    assert only.gpu_count == 1
+    assert "IPC_LOCK" in only.workload.capabilities
+    assert any(k.startswith("rdma/") for k in only.workload.extended_resources)
+    assert (EXAMPLE / "scripts" / only.script_key).is_file()
+    assert sorted(p.name for p in (EXAMPLE / "scripts").iterdir()) == [only.script_key]
+    assert profile.spec.recurrence is not None  # the portal's freshness window for this check
+
+
+def test_readme_explains_threshold_and_digest() -> None:
+    readme = (EXAMPLE / "README.md").read_text()
+    assert "MIN_BUSBW_GBPS" in readme
+    assert "deploy/tools/bundle-digest.sh" in readme
+    assert (REPO / "deploy" / "tools" / "bundle-digest.sh").is_file()
