@@ -7,6 +7,8 @@ command -v jq >/dev/null || packages+=(jq)
 command -v openssl >/dev/null || packages+=(openssl)
 # Real OpenMPI ranks for MPIJob checks on the local control plane.
 command -v mpirun >/dev/null || packages+=(openmpi-bin)
+# The dashboard's browser test drives Debian's Chromium with Playwright.
+[[ -x /usr/bin/chromium ]] || packages+=(chromium)
 if ((${#packages[@]})); then
   echo "installing Debian packages: ${packages[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then

@@ -1,6 +1,7 @@
 """The portal's HTTP API (aiohttp): /api/v1 (checks, results, one result, one Node),
-/api/v1/openapi.json, /healthz, /readyz, /metrics. Read-only: handlers only read the current
-index snapshot (portal/index.py) and ask the authorizer which workspaces the caller sees.
+/api/v1/openapi.json, /healthz, /readyz, /metrics; and the dashboard (portal/dashboard.py) at
+``/``. Read-only: handlers only read the current index snapshot (portal/index.py) and ask the
+authorizer which workspaces the caller sees.
 
 A result in a workspace the caller may not see answers exactly like one that does not exist
 (404, the same message), and listings never count or hint at invisible results.
@@ -16,7 +17,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubeio.errors import ApiError
-from portal import metrics
+from portal import dashboard, metrics
 from portal.auth import ALL, Authorizer, Unauthenticated
 from portal.index import Filters, Index, Visible, render_page
 from portal.openapi import DEFAULT_LIMIT, MAX_LIMIT, document
@@ -204,4 +205,5 @@ def make_app(source: IndexSource, authorizer: Authorizer) -> web.Application:
             web.get("/metrics", api.metrics),
         ]
     )
+    dashboard.add_routes(app)
     return app
