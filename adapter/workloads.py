@@ -124,6 +124,9 @@ def _identity_env(inputs: Inputs) -> list[dict[str, Any]]:
         {"name": "SIGNAL_RUN_UID", "value": inputs.run_uid},
         {"name": "SIGNAL_CHECK", "value": inputs.check.name},
         {"name": "SIGNAL_SCRIPT", "value": SCRIPT_PATH},
+        # The root filesystem is read-only: temporary files (OpenMPI's session directory,
+        # an MPI rank's scratch space) go to the Pod's writable scratch volume.
+        {"name": "TMPDIR", "value": WORKDIR},
     ]
 
 

@@ -24,6 +24,8 @@ from shared.result import MAX_TAIL_CHARS, Output
 SAFE_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASS_THROUGH_PREFIXES: Final = ("NVIDIA_", "CUDA_", "NCCL_", "UCX_")
 """Environment set by the node's GPU runtime or the check's workload that scripts may need."""
+PASS_THROUGH_KEYS: Final = ("TMPDIR", "LD_LIBRARY_PATH")
+"""The container's temporary directory and library path (set by the image or the Pod)."""
 MPI_PREFIXES: Final = ("OMPI_", "PMIX_", "OPAL_", "PRTE_")
 """Environment an MPI rank inherits from OpenMPI's launcher; needed for MPI_Init."""
 KILL_GRACE_SECONDS: Final = 2.0
@@ -66,7 +68,7 @@ def clean_environment(
     Signal's identity variables (``extra``), GPU-runtime variables and, for MPI ranks,
     OpenMPI's own."""
     prefixes = PASS_THROUGH_PREFIXES + (MPI_PREFIXES if mpi else ())
-    env = {k: v for k, v in inherited.items() if k.startswith(prefixes) or k == "TMPDIR"}
+    env = {k: v for k, v in inherited.items() if k.startswith(prefixes) or k in PASS_THROUGH_KEYS}
     env.update({"PATH": SAFE_PATH, "HOME": str(home), "LANG": "C.UTF-8"})
     env.update(extra)
     return env

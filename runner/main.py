@@ -24,8 +24,8 @@ from pathlib import Path
 
 from runner import mpi
 from runner.execute import ScriptError, clean_environment, run_script, script_argv
-from runner.report import build_result, error_result, fit
-from shared.result import RunnerIdentity, RunnerResult
+from runner.report import build_result, error_result, fit, read_measurements
+from shared.result import ResultError, RunnerIdentity, RunnerResult
 from shared.run import Verdict
 
 IDENTITY_ENV = ("SIGNAL_NODE_NAME", "SIGNAL_POD_NAME", "SIGNAL_POD_UID")
@@ -134,10 +134,13 @@ def cmd_launcher(args: argparse.Namespace) -> int:
         workdir / "stderr",
         float(args.deadline_seconds),
     )
-    with (workdir / "stdout").open("r", encoding="utf-8", errors="replace") as handle:
-        verdict, reason, report = mpi.evaluate_launcher(
-            hosts, (line.rstrip("\n") for line in handle), outcome.exit_code, outcome.timed_out
-        )
+    lines = (workdir / "stdout").read_text(encoding="utf-8", errors="replace").splitlines()
+    verdict, reason, report = mpi.evaluate_launcher(hosts, lines, outcome.exit_code, outcome.timed_out)
+    # Rank 0's measurements are the check's; an invalid report makes the result Inconclusive.
+    rank_zero = mpi.rank_zero_measurements(lines)
+    (workdir / "measurements.json").unlink(missing_ok=True)
+    if rank_zero is not None:
+        (workdir / "measurements.json").write_text(rank_zero)
     result = build_result(
         identity,
         outcome,
@@ -154,9 +157,15 @@ def cmd_rank(args: argparse.Namespace) -> int:
     rank, size, host = mpi.rank_identity(dict(os.environ))
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"signal-rank-{rank}-{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
+    measurements = workdir / "measurements.json"
     env = _script_env(
         workdir,
-        {"SIGNAL_RANK": str(rank), "SIGNAL_WORLD_SIZE": str(size), "SIGNAL_WORKDIR": str(workdir)},
+        {
+            "SIGNAL_RANK": str(rank),
+            "SIGNAL_WORLD_SIZE": str(size),
+            "SIGNAL_WORKDIR": str(workdir),
+            "SIGNAL_MEASUREMENTS_FILE": str(measurements),
+        },
         mpi_rank=True,
     )
     # The worker's own environment names the script where its Pod mounts it; an ssh
@@ -168,8 +177,14 @@ def cmd_rank(args: argparse.Namespace) -> int:
     except ScriptError as exc:
         print(f"signal-runner rank {rank}: {exc}", file=sys.stderr)
         code = 127
+    reported: object = None
+    if rank == 0 and measurements.exists():
+        try:
+            reported = read_measurements(measurements)
+        except ResultError as exc:
+            reported = f"invalid: {exc}"
     sys.stdout.flush()
-    print(mpi.rank_line(rank, size, host, code), flush=True)
+    print(mpi.rank_line(rank, size, host, code, reported), flush=True)
     return code
 
 

@@ -24,7 +24,7 @@ from shared.result import MAX_RANKS, LauncherReport, RankResult, short_host
 from shared.run import Verdict
 
 RANK_PREFIX: Final = "SIGNAL-RANK "
-MAX_RANK_LINE: Final = 1024
+MAX_RANK_LINE: Final = 4096
 
 
 def read_hostfile(text: str) -> list[str]:
@@ -53,9 +53,27 @@ def mpirun_argv(hostfile: Path, hosts: int, rank_command: list[str]) -> list[str
     ]
 
 
-def rank_line(rank: int, size: int, host: str, exit_code: int) -> str:
-    body = json.dumps({"rank": rank, "size": size, "host": host, "exitCode": exit_code}, sort_keys=True)
-    return f"{RANK_PREFIX}{body}"
+def rank_line(rank: int, size: int, host: str, exit_code: int, measurements: object = None) -> str:
+    """One rank's report; rank 0 also carries its script's measurements (the check's)."""
+    fields: dict[str, object] = {"rank": rank, "size": size, "host": host, "exitCode": exit_code}
+    if measurements is not None:
+        fields["measurements"] = measurements
+    return f"{RANK_PREFIX}{json.dumps(fields, sort_keys=True)}"
+
+
+def rank_zero_measurements(lines: Iterable[str]) -> str | None:
+    """The JSON text of rank 0's measurements as it reported them (validated later, like a
+    Pod's measurements file), or None when it reported none."""
+    for line in lines:
+        if not line.startswith(RANK_PREFIX) or len(line) > MAX_RANK_LINE:
+            continue
+        try:
+            body = json.loads(line[len(RANK_PREFIX) :])
+        except ValueError:
+            continue
+        if isinstance(body, dict) and body.get("rank") == 0 and "measurements" in body:
+            return json.dumps(body["measurements"])
+    return None
 
 
 def rank_identity(env: dict[str, str]) -> tuple[int, int, str]:

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 RANKS = """#!/bin/sh
 echo "rank $SIGNAL_RANK of $SIGNAL_WORLD_SIZE on $(hostname)"
+printf '{"world": %s, "tmp_writable": %s}' "$SIGNAL_WORLD_SIZE" "$(touch "$TMPDIR/x" && echo true || echo false)" \
+  > "$SIGNAL_MEASUREMENTS_FILE"
 if [ "$SIGNAL_RANK" = "$FAIL_RANK" ]; then exit 4; fi
 """
 NO_SSHD = ("--mpi-worker-sshd", "/nonexistent/sshd")
@@ -82,6 +84,8 @@ async def test_two_ranks_pass_then_a_rank_fails(world: AdapterWorld, admin: Kube
     job = _job(world, 0)
     report = LauncherReport.model_validate(results["launcher"]["launcher"])
     assert report.world_size == 2
+    # Rank 0's measurements are the check's, carried by the launcher's result.
+    assert results["launcher"]["measurements"] == {"world": 2, "tmp_writable": True}
     assert report.hosts == [f"{job}-worker-0", f"{job}-worker-1"]
     assert [(r.rank, r.host, r.exit_code) for r in report.ranks] == [
         (0, f"{job}-worker-0", 0),

@@ -16,6 +16,7 @@ from runner.mpi import (
     mpirun_argv,
     rank_identity,
     rank_line,
+    rank_zero_measurements,
     read_hostfile,
 )
 from shared.result import LauncherReport, parse_result
@@ -148,7 +149,9 @@ def test_a_failing_rank_is_fail(lines: list[str], mpirun_exit: int, timed_out: b
     assert reason == f"Failed: rank(s) {failed} exited non-zero"
 
 
-LONG = RANK_PREFIX + json.dumps({"rank": 2, "size": 3, "host": "job-worker-2", "exitCode": 0, "pad": "x" * 1100})
+LONG = RANK_PREFIX + json.dumps(
+    {"rank": 2, "size": 3, "host": "job-worker-2", "exitCode": 0, "pad": "x" * (MAX_RANK_LINE + 10)}
+)
 
 
 @pytest.mark.parametrize(
@@ -297,3 +300,14 @@ def test_boolean_fields_are_malformed(body: dict[str, object]) -> None:
     verdict, reason, _ = evaluate_launcher(["h"], [raw(body)], 0, False)
     assert verdict == Verdict.INCONCLUSIVE
     assert "malformed" in reason
+
+
+def test_rank_zero_measurements_are_taken_from_rank_zero_only() -> None:
+    lines = [
+        rank_line(1, 2, "h1", 0, {"busbw": 1.0}),
+        "noise",
+        rank_line(0, 2, "h0", 0, {"busbw": 42.5, "transport": "NET/IB"}),
+    ]
+    assert json.loads(rank_zero_measurements(lines) or "null") == {"busbw": 42.5, "transport": "NET/IB"}
+    assert rank_zero_measurements([rank_line(0, 1, "h", 0)]) is None
+    assert json.loads(rank_zero_measurements([rank_line(0, 1, "h", 0, "invalid: x")]) or "null") == "invalid: x"
