@@ -16,6 +16,6 @@ if ((${#packages[@]})); then
     exit 1
   fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}"
 fi
 command -v go >/dev/null || { echo "Go 1.26+ is required to build the local control plane" >&2; exit 1; }
