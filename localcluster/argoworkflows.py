@@ -52,13 +52,18 @@ def extra_crd_files(build_dir: Path) -> list[Path]:
     return sorted((build_dir / "crds").glob("*.yaml"))
 
 
-def controller_config() -> Obj:
-    """The workflow-controller's configuration (the ConfigMap's ``config`` key)."""
-    return {
+def controller_config(instance_id: str = "") -> Obj:
+    """The workflow-controller's configuration (the ConfigMap's ``config`` key). With an
+    ``instance_id`` it runs only Workflows labelled ``workflows.argoproj.io/controller-instanceid``
+    with it (and without, only unlabelled ones)."""
+    config: Obj = {
         "metricsConfig": {"enabled": False},
         "telemetryConfig": {"enabled": False},
         "workflowDefaults": {"spec": {"nodeSelector": {SYSTEM_NODE_LABEL: "true"}}},
     }
+    if instance_id:
+        config["instanceID"] = instance_id
+    return config
 
 
 def system_node(kubelet_port: int) -> Obj:
@@ -82,6 +87,7 @@ class ArgoController:
     admin: KubeClient
     build_dir: Path
     workers: int = 8
+    instance_id: str = ""
     component: Component | None = field(default=None, repr=False)
 
     def register_images(self) -> None:
@@ -98,7 +104,7 @@ class ArgoController:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {"name": CONFIGMAP, "namespace": ARGO_NAMESPACE},
-            "data": {"config": yaml.safe_dump(controller_config(), sort_keys=True)},
+            "data": {"config": yaml.safe_dump(controller_config(self.instance_id), sort_keys=True)},
         }
         await self.admin.apply(resource_path("v1", "configmaps", ARGO_NAMESPACE, CONFIGMAP), configmap)
         kubeconfig = self.plane.workdir / "argo.kubeconfig"

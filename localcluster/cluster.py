@@ -41,6 +41,9 @@ class LocalCluster:
     install_upstream: bool = True
     with_argo: bool = True
     """Run Argo's workflow-controller (needs ``install_upstream``)."""
+    workflow_instance_id: str = ""
+    """Argo's instanceID: when set, Argo runs only Workflows labelled with it (Signal's controller:
+    ``--workflow-instance-id``)."""
     simulated: set[str] = field(default_factory=set)
     timings: dict[str, float] = field(default_factory=dict)
     admin_client: KubeClient | None = None
@@ -116,7 +119,7 @@ class LocalCluster:
             node = system_node(self.kubelet.api_port)
             self.simulated.add(node["metadata"]["name"])
             await self.admin.create(resource_path("v1", "nodes"), node)
-            self.argo = ArgoController(self.plane, self.admin, argo_dir)
+            self.argo = ArgoController(self.plane, self.admin, argo_dir, instance_id=self.workflow_instance_id)
             await self.argo.start()
             self.timings["argo"] = time.monotonic() - began
         self._heartbeat = asyncio.create_task(
