@@ -12,6 +12,7 @@ from localcluster.controlplane import ControlPlane
 from localcluster.kube import KubeClient
 
 _CLUSTER: LocalCluster | None = None
+WORKFLOW_INSTANCE = "signal-tests"
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +20,12 @@ async def cluster() -> AsyncIterator[LocalCluster]:
     """The session's local cluster (control plane, CRDs, GC, process kubelet)."""
     global _CLUSTER  # noqa: PLW0603 - read by the report hook below
     keep = os.environ.get("SIGNAL_KEEP_CLUSTER_DIR") == "1"
-    local = LocalCluster(plane=ControlPlane(keep_workdir=keep), heartbeat_seconds=5.0)
+    # Argo runs only the Workflows of tests that ask for it (the controller's
+    # --workflow-instance-id, or workflow_manifest(run, WORKFLOW_INSTANCE)); the other tests'
+    # Workflows stay untouched, as they were written for.
+    local = LocalCluster(
+        plane=ControlPlane(keep_workdir=keep), heartbeat_seconds=5.0, workflow_instance_id=WORKFLOW_INSTANCE
+    )
     await local.start()
     _CLUSTER = local
     try:

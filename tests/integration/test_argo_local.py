@@ -25,6 +25,7 @@ from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.podprocess import MOUNT_NAMESPACES_ANNOTATION
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from tests.adapter_support import AdapterWorld, check
+from tests.conftest import WORKFLOW_INSTANCE
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -64,7 +65,8 @@ async def submit(world: AdapterWorld, suite_deadline: int | None = None) -> Obj:
     run = world.run
     if suite_deadline is not None:
         run = {**run, "spec": {**run["spec"], "suiteDeadlineSeconds": suite_deadline}}
-    return await world.admin.create(resource_path(ARGO, "workflows", world.namespace), workflow_manifest(run))
+    body = workflow_manifest(run, WORKFLOW_INSTANCE)
+    return await world.admin.create(resource_path(ARGO, "workflows", world.namespace), body)
 
 
 async def running_backend(world: AdapterWorld, count: int, timeout: float = 60.0) -> None:
@@ -184,8 +186,7 @@ async def test_argo_lint_offline_accepts_the_template_and_a_generated_workflow(
     world: AdapterWorld, tmp_path: Path
 ) -> None:
     argo = argo_build_dir() / "argo"
-    if not argo.exists():
-        pytest.skip("the argo CLI is not part of this Argo build (SIGNAL_ARGO_BUILD)")
+    assert argo.exists(), f"the argo CLI is missing from the Argo build at {argo.parent}; run `make argo`"
     await world.setup(2, {"a.sh": PASS}, [check("first", "a.sh"), check("second", "a.sh", backend="MPIJob")])
     # Offline, a workflowTemplateRef resolves among the files given, in the Workflow's namespace.
     template = yaml.safe_load(TEMPLATE.read_text())

@@ -64,7 +64,9 @@ async def _run_to_the_end(world: World, tmp_path: Path, script: str) -> tuple[Ob
     await world.add_nodes(names, requested_for=profile)
     body = profile_body(profile, world.namespace, 2, digest=bundle_digest(SCRIPTS, {}), checks=_checks(script))
     await world.add_profile(body)
-    controller = ControllerProcess(world.cluster, world.namespace, tmp_path, resync=2.0)
+    controller = ControllerProcess(
+        world.cluster, world.namespace, tmp_path, resync=2.0, workflow_instance_id=world.cluster.workflow_instance_id
+    )
     await controller.start()
 
     async def finished() -> Obj | None:
