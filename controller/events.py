@@ -1,6 +1,7 @@
 """Kubernetes Events on Runs and Nodes (``kubectl describe`` shows them). Best effort: a
-failed Event is logged, never fatal. Node Events live in the controller's namespace with
-the Node as involved object, so the controller needs no cluster-wide Event access."""
+failed Event is logged, never fatal. Run Events live in the Run's namespace; Node Events in
+``default`` (the only namespace the API server accepts for a cluster-scoped involved object),
+where deploy/node-events lets the controller create Events and nothing else."""
 
 import uuid
 from typing import Any
@@ -11,6 +12,8 @@ from kubeio.errors import ApiError
 from shared import keys
 
 COMPONENT = "signal-controller"
+NODE_EVENT_NAMESPACE = "default"
+"""The API server accepts Events about cluster-scoped objects (Nodes) only in ``default``."""
 
 
 def node_ref(name: str) -> Obj:
@@ -29,11 +32,12 @@ def run_ref(run: Obj) -> Obj:
 
 
 async def emit(ctx: Context, involved: Obj, reason: str, message: str, *, warning: bool = False) -> None:
-    now = ctx.clock().strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+    stamp = ctx.timestamp()
+    namespace = involved.get("namespace") or NODE_EVENT_NAMESPACE
     body: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:12]}", "namespace": ctx.namespace},
+        "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
         "involvedObject": involved,
         "reason": reason[:128],
         "message": message[:1024],
@@ -41,11 +45,11 @@ async def emit(ctx: Context, involved: Obj, reason: str, message: str, *, warnin
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
         "reportingInstance": ctx.identity,
-        "firstTimestamp": now[:19] + "Z",
-        "lastTimestamp": now[:19] + "Z",
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
         "count": 1,
     }
     try:
-        await ctx.kube.create(resource_path("v1", "events", ctx.namespace), body)
+        await ctx.kube.create(resource_path("v1", "events", namespace), body)
     except ApiError as exc:
         log.warning("could not record an event", reason=reason, object=involved.get("name"), error=str(exc)[:200])

@@ -31,17 +31,21 @@ PLURALS = {
 
 async def apply_file(admin: KubeClient, name: str, namespace: str) -> None:
     """Server-side apply every document of deploy/base/<name> into ``namespace``
-    (cluster-scoped bindings get a per-namespace name so namespaces do not collide)."""
+    (bindings outside it get a per-namespace name so namespaces do not collide)."""
     text = (DEPLOY / name).read_text().replace(f"namespace: {DEFAULT_NAMESPACE}", f"namespace: {namespace}")
     for doc in yaml.safe_load_all(text):
         if not doc:
             continue
-        if doc["kind"] == "ClusterRoleBinding" and namespace != DEFAULT_NAMESPACE:
+        elsewhere = doc["metadata"].get("namespace") == "default" and namespace != "default"
+        foreign = doc["kind"] == "ClusterRoleBinding" or (doc["kind"] == "RoleBinding" and elsewhere)
+        if foreign and namespace != DEFAULT_NAMESPACE:
             doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
         scoped = doc["kind"] not in {"ClusterRole", "ClusterRoleBinding"}
-        if scoped:
+        if scoped and not elsewhere:
             doc["metadata"]["namespace"] = namespace
-        path = resource_path(doc["apiVersion"], PLURALS[doc["kind"]], namespace if scoped else None)
+        path = resource_path(
+            doc["apiVersion"], PLURALS[doc["kind"]], doc["metadata"].get("namespace") if scoped else None
+        )
         await admin.apply(f"{path}/{doc['metadata']['name']}", doc)
 
 
@@ -50,7 +54,8 @@ async def install(admin: KubeClient, namespace: str) -> None:
         resource_path("v1", "namespaces", name=namespace),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
     )
-    for name in ("controller-rbac.yaml", "adapter-rbac.yaml", "adapter-workflowtemplate.yaml"):
+    names = ("controller-rbac.yaml", "../node-events/rbac.yaml", "adapter-rbac.yaml", "portal-rbac.yaml")
+    for name in (*names, "adapter-workflowtemplate.yaml"):
         await apply_file(admin, name, namespace)
 
 
@@ -70,6 +75,19 @@ def profile_from(path: Path, digest: str) -> Obj:
     profile: dict[str, Any] = yaml.safe_load(path.read_text())
     profile["spec"]["source"]["digest"] = digest
     return profile
+
+
+async def start_portal(
+    plane: ControlPlane, namespace: str, workdir: Path, *, port: int, auth: str = "none"
+) -> subprocess.Popen[bytes]:
+    """The real signal-portal as a local process, as its ServiceAccount, on 127.0.0.1."""
+    sa = await identities.service_account(plane, namespace, "signal-portal", create=False)
+    config = sa.kubeconfig(workdir / "portal.kubeconfig", namespace)
+    argv = [str(Path(sys.executable).parent / "signal-portal"), "--kubeconfig", str(config)]
+    argv += ["--namespace", namespace, "--port", str(port), "--host", "127.0.0.1", "--auth", auth, "--resync", "2"]
+    with (workdir / "portal.log").open("ab") as log:
+        # A long-lived child that outlives this call: Popen, not an awaited asyncio process.
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))  # noqa: ASYNC220
 
 
 async def start_controller(

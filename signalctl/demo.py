@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import structlog
 
 from localcluster import install
@@ -117,6 +118,7 @@ async def run_demo(nodes: int, workdir: Path | None, exit_after: float | None, t
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     controller: subprocess.Popen[bytes] | None = None
+    portal: subprocess.Popen[bytes] | None = None
     code = 0
     try:
         await cluster.start(progress=_say)
@@ -139,17 +141,21 @@ async def run_demo(nodes: int, workdir: Path | None, exit_after: float | None, t
                 await asyncio.wait_for(stop.wait(), timeout=1.0)
         if not stop.is_set() and code == 0:
             await _report(admin, runs, progress, plane, began)
+            port = free_port()
+            portal = await install.start_portal(plane, NAMESPACE, plane.workdir, port=port)
+            await _show_portal(port, portal)
             print("    press Ctrl-C to stop and clean up", flush=True)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=exit_after)
         _say("stopping")
     finally:
-        if controller is not None and controller.poll() is None:
-            controller.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                controller.wait(10)
-            if controller.poll() is None:
-                controller.kill()
+        for process in (portal, controller):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(10)
+                if process.poll() is None:
+                    process.kill()
         await cluster.stop()
     _say("stopped cleanly")
     return code
@@ -177,6 +183,29 @@ async def _install_and_request(cluster: LocalCluster, nodes: int) -> subprocess.
         patch = {"metadata": {"labels": {keys.CERTIFY_LABEL: profile["metadata"]["name"]}}}
         await admin.merge_patch(resource_path("v1", "nodes", name=name), patch)
     return controller
+
+
+async def _show_portal(port: int, portal: subprocess.Popen[bytes]) -> None:
+    """Wait for the portal, then print what it serves for the requested Nodes."""
+    base = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(base_url=base, timeout=5) as http:
+        for _ in range(120):
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get("/readyz")).status_code == 200:
+                    break
+            if portal.poll() is not None:
+                _say("the portal exited; see portal.log in the demo's work directory")
+                return
+            await asyncio.sleep(0.5)
+        rows = []
+        for name in REQUESTED:
+            summary = (await http.get(f"/api/v1/nodes/{name}")).json()
+            for check in summary.get("checks", []):
+                rows.append([name, check.get("check", ""), check.get("state", ""), check.get("reason", "")])
+    print()
+    _say(f"the portal (read-only, as signal-portal; --auth none for local use): {base}/")
+    print(render(["NODE", "CHECK", "STATE", "REASON"], rows))
+    print(f"    API: {base}/api/v1/results   OpenAPI: {base}/api/v1/openapi.json")
 
 
 async def _nodes(admin: KubeClient) -> list[Obj]:

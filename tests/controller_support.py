@@ -38,11 +38,16 @@ def _plural(kind: str) -> str:
 
 
 async def install_rbac(admin: KubeClient, namespace: str, file: str = "controller-rbac.yaml") -> None:
-    """Apply a deploy/base RBAC file into ``namespace`` (ClusterRoleBindings get a per-namespace name)."""
+    """Apply a deploy/ RBAC file into ``namespace`` (bindings outside it get a per-namespace
+    name); the controller's also brings deploy/node-events (Events about Nodes)."""
+    if file == "controller-rbac.yaml":
+        await install_rbac(admin, namespace, "../node-events/rbac.yaml")
     text = (REPO / "deploy" / "base" / file).read_text().replace("namespace: signal-system", f"namespace: {namespace}")
     for doc in yaml.safe_load_all(text):
         api = doc["apiVersion"]
-        if doc["kind"] == "ClusterRoleBinding":
+        if doc["kind"] == "ClusterRoleBinding" or (
+            doc["kind"] == "RoleBinding" and doc["metadata"]["namespace"] == "default"
+        ):
             doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
         ns = doc["metadata"].get("namespace")
         await admin.apply(resource_path(api, _plural(doc["kind"]), ns, doc["metadata"]["name"]), doc)

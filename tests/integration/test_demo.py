@@ -58,6 +58,13 @@ def test_demo_certifies_end_to_end_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
             "gpu-004": ["Pass", "reserved+cordoned"],
         }, output
         assert output.count(": evidence verified") == 2, output
+        # The demo ends with the portal serving those results (read-only, as signal-portal).
+        assert "the portal (read-only, as signal-portal" in output
+        portal = [row.split() for row in lines if row.startswith("gpu-") and len(row.split()) == 4]
+        states = {(node, check): state for node, check, state, _ in portal}
+        assert len(states) == 12, output
+        assert states[("gpu-003", "demo-gpu/burn-in")] == "Failed"
+        assert {s for k, s in states.items() if k != ("gpu-003", "demo-gpu/burn-in")} == {"Passed"}
         assert "Succeeded   AllChecksPassed" in output
         assert "Failed      CheckFailed" in output
         assert "NAME" in output

@@ -181,7 +181,13 @@ def test_deploy_renders_the_crds_from_crds_and_every_component() -> None:
         "kubernetes.io/metadata.name": "signal-system"
     }
     namespaced = [d for d in docs if d["kind"] not in CLUSTER_SCOPED]
-    assert {d["metadata"]["namespace"] for d in namespaced} == {"signal-system"}
+    # Everything lives in signal-system except the controller's right to post Events about
+    # Nodes, which the API server accepts only in `default` (deploy/node-events).
+    elsewhere = {
+        (d["kind"], d["metadata"]["name"]) for d in namespaced if d["metadata"]["namespace"] != "signal-system"
+    }
+    assert elsewhere == {("Role", "signal-controller-node-events"), ("RoleBinding", "signal-controller-node-events")}
+    assert {d["metadata"]["namespace"] for d in namespaced} == {"signal-system", "default"}
 
 
 def test_crds_kustomization_lists_every_generated_crd() -> None:

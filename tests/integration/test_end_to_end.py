@@ -7,10 +7,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
 from localcluster.cluster import LocalCluster
+from localcluster.controlplane import free_port
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA, validate_check
@@ -65,7 +67,12 @@ async def _run_to_the_end(world: World, tmp_path: Path, script: str) -> tuple[Ob
     body = profile_body(profile, world.namespace, 2, digest=bundle_digest(SCRIPTS, {}), checks=_checks(script))
     await world.add_profile(body)
     controller = ControllerProcess(
-        world.cluster, world.namespace, tmp_path, resync=2.0, workflow_instance_id=world.cluster.workflow_instance_id
+        world.cluster,
+        world.namespace,
+        tmp_path,
+        resync=2.0,
+        workflow_instance_id=world.cluster.workflow_instance_id,
+        metrics_port=free_port(),
     )
     await controller.start()
 
@@ -111,6 +118,18 @@ async def test_full_path_succeeds_projects_and_releases(world: World, admin: Kub
             assert not [t for t in node["spec"].get("taints") or [] if t["key"] == keys.RESERVED_TAINT_KEY]
         pods = await admin.get(resource_path("v1", "pods", world.namespace), labelSelector=keys.RUN_UID_LABEL)
         assert [p for p in pods["items"] if p["metadata"]["labels"].get(keys.COMPONENT_LABEL) == "backend"] == []
+        # Events on the Run and on each Node; metrics on /metrics.
+        # (Events about a cluster-scoped Node can only live in `default`.)
+        events = (await admin.get(resource_path("v1", "events", world.namespace)))["items"]
+        events += (await admin.get(resource_path("v1", "events", "default")))["items"]
+        reasons = {(e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"]) for e in events}
+        assert (keys.RUN_KIND, run["metadata"]["name"], "RunSucceeded") in reasons
+        assert {("Node", n, "CertificationPass") for n in names} <= reasons
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"http://127.0.0.1:{controller.metrics_port}/metrics")).text
+        assert 'signal_runs{phase="Succeeded"} 1.0' in text
+        assert 'signal_runs_finished_total{phase="Succeeded"} 1.0' in text
+        assert "signal_admission_seconds_count 1.0" in text
     finally:
         controller.stop()
 

@@ -51,9 +51,25 @@ RULES = [
 ]
 
 
+NODE_EVENTS = "signal-controller-node-events"
+"""The one Role outside signal-system: Events about Nodes may only be created in ``default``."""
+
+
+def _identity(role: dict[str, Any]) -> str:
+    name: str = role["metadata"]["name"]
+    return "signal-controller" if name == NODE_EVENTS else name
+
+
 def test_deploy_holds_the_three_identities() -> None:
     assert {d["metadata"]["name"] for _, d in DOCS if d["kind"] == "ServiceAccount"} >= IDENTITIES
-    assert {d["metadata"]["name"] for _, d in ROLES} == IDENTITIES
+    assert {_identity(d) for _, d in ROLES} == IDENTITIES
+
+
+def test_the_node_events_role_creates_events_in_default_only() -> None:
+    (role,) = [d for _, d in ROLES if d["metadata"]["name"] == NODE_EVENTS]
+    assert role["kind"] == "Role"
+    assert role["metadata"]["namespace"] == "default"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
     assert len(RULES) >= 20
 
 
@@ -74,17 +90,18 @@ def test_rule_is_narrow(role: dict[str, Any], rule: dict[str, Any]) -> None:
 def test_role_is_plain_and_bound_to_exactly_its_service_account(role: dict[str, Any]) -> None:
     assert "aggregationRule" not in role
     name = role["metadata"]["name"]
+    home = "default" if name == NODE_EVENTS else NAMESPACE
     if role["kind"] == "Role":
-        assert role["metadata"]["namespace"] == NAMESPACE
+        assert role["metadata"]["namespace"] == home
     bound = [
         b
         for _, b in BINDINGS
         if b["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": role["kind"], "name": name}
-        and (role["kind"] == "ClusterRole" or b["metadata"].get("namespace") == NAMESPACE)
+        and (role["kind"] == "ClusterRole" or b["metadata"].get("namespace") == home)
     ]
     assert len(bound) == 1, f"{role['kind']} {name} is bound {len(bound)} times"
     assert bound[0]["metadata"]["name"] == name
-    assert bound[0]["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}]
+    assert bound[0]["subjects"] == [{"kind": "ServiceAccount", "name": _identity(role), "namespace": NAMESPACE}]
 
 
 @pytest.mark.parametrize(
