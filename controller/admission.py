@@ -13,6 +13,7 @@ failure part-way rolls back every reservation made (``rollback``)."""
 import contextlib
 from typing import Any
 
+from controller import events
 from controller.ledger import Group, Ledger
 from controller.manifests import (
     GROUP_HASH_LABEL,
@@ -252,4 +253,7 @@ async def submit_workflow(ctx: Context, run: Obj) -> Obj:
         "observedGeneration": generation,
     }
     log.info("workflow submitted", run=run["metadata"]["name"], workflow=workflow["metadata"]["name"])
-    return await ctx.patch_run_status(run, status)
+    updated = await ctx.patch_run_status(run, status)
+    nodes = ", ".join(p["nodeName"] for p in run["spec"]["participants"])
+    await events.emit(ctx, events.run_ref(run), "RunRunning", f"reserved and cordoned {nodes}; Workflow submitted")
+    return updated

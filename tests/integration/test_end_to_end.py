@@ -123,6 +123,7 @@ async def test_full_path_succeeds_projects_and_releases(world: World, admin: Kub
         events = (await admin.get(resource_path("v1", "events", world.namespace)))["items"]
         events += (await admin.get(resource_path("v1", "events", "default")))["items"]
         reasons = {(e["involvedObject"]["kind"], e["involvedObject"]["name"], e["reason"]) for e in events}
+        assert (keys.RUN_KIND, run["metadata"]["name"], "RunRunning") in reasons
         assert (keys.RUN_KIND, run["metadata"]["name"], "RunSucceeded") in reasons
         assert {("Node", n, "CertificationPass") for n in names} <= reasons
         async with httpx.AsyncClient() as http:
