@@ -26,7 +26,10 @@ PLURALS = {
     "Role": "roles",
     "RoleBinding": "rolebindings",
     "WorkflowTemplate": "workflowtemplates",
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
 }
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 async def apply_file(admin: KubeClient, name: str, namespace: str) -> None:
@@ -40,7 +43,7 @@ async def apply_file(admin: KubeClient, name: str, namespace: str) -> None:
         foreign = doc["kind"] == "ClusterRoleBinding" or (doc["kind"] == "RoleBinding" and elsewhere)
         if foreign and namespace != DEFAULT_NAMESPACE:
             doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
-        scoped = doc["kind"] not in {"ClusterRole", "ClusterRoleBinding"}
+        scoped = doc["kind"] not in CLUSTER_SCOPED
         if scoped and not elsewhere:
             doc["metadata"]["namespace"] = namespace
         path = resource_path(
@@ -54,7 +57,14 @@ async def install(admin: KubeClient, namespace: str) -> None:
         resource_path("v1", "namespaces", name=namespace),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
     )
-    names = ("controller-rbac.yaml", "../node-events/rbac.yaml", "adapter-rbac.yaml", "portal-rbac.yaml")
+    names: tuple[str, ...] = (
+        "controller-rbac.yaml",
+        "../node-events/rbac.yaml",
+        "adapter-rbac.yaml",
+        "portal-rbac.yaml",
+    )
+    if namespace == DEFAULT_NAMESPACE:  # the policy's binding selects signal-system by name
+        names = (*names, "adapter-admission-policy.yaml")
     for name in (*names, "adapter-workflowtemplate.yaml"):
         await apply_file(admin, name, namespace)
 
