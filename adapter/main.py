@@ -12,7 +12,6 @@ starts; ``proceed`` keeps its default ``false``.
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,23 +24,9 @@ from adapter.workflow_template import OUTPUT_DIR
 from adapter.workloads import DEFAULT_RUNNER_IMAGE, DEFAULT_SSHD
 from kubeio.client import Kube
 from kubeio.errors import ApiError
+from kubeio.logs import configure_logging
 
 log = structlog.get_logger("signal-adapter")
-
-
-def configure_logging(fmt: str) -> None:
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
-    )
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
 
 
 def parser() -> argparse.ArgumentParser:

@@ -3,13 +3,9 @@
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import signal
 import socket
-import sys
-
-import structlog
 
 from controller import metrics
 from controller.leader import LeaderElector
@@ -17,21 +13,7 @@ from controller.ledger import LedgerError
 from controller.loop import run_loop
 from controller.state import Context, NotLeader, log
 from kubeio.client import Kube
-
-
-def configure_logging(fmt: str) -> None:
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
-    )
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
-    )
+from kubeio.logs import configure_logging
 
 
 async def serve(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from datetime import timedelta
 import structlog
 from aiohttp import web
 
+from kubeio import logs
 from kubeio.client import Kube
 from portal.api import make_app
 from portal.auth import Authorizer, OpenAccess, ReviewAccess
@@ -67,11 +68,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def configure_logging(fmt: str) -> None:
-    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
-    structlog.configure(
-        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso"), renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
-    )
+    logs.configure_logging(fmt)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 

@@ -19,14 +19,15 @@ from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, resource_path
 from shared import keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA
-from shared.digests import bundle_digest
 from shared.evidence import decode_document
 from tests import evidence_builders as eb
 from tests.controller_support import install_rbac
+from tests.run_builders import running_run, store, workflow_status
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 API = keys.API_VERSION
 PROFILE = "corpus"
+STARTED = "2026-11-30T00:00:00Z"
 
 
 @pytest.fixture
@@ -40,53 +41,9 @@ async def _nodes(cluster: LocalCluster, prefix: str, count: int = 2) -> list[dic
     return await cluster.add_nodes([SimNode(f"{prefix}-{i}") for i in range(count)])
 
 
-async def _run(admin: KubeClient, namespace: str, nodes: list[dict[str, Any]], checks: int = 1) -> dict[str, Any]:
-    name = f"r-{uuid.uuid4().hex[:8]}"
-    body = {
-        "apiVersion": API,
-        "kind": keys.RUN_KIND,
-        "metadata": {"name": name, "namespace": namespace, "labels": {keys.PROFILE_LABEL: PROFILE}},
-        "spec": {
-            "profile": {"name": PROFILE, "uid": str(uuid.uuid4()), "generation": 1},
-            "checks": [
-                {"name": f"check-{i}", "scriptKey": "s.sh", "backend": "Pod", "backendActiveDeadline": "1m"}
-                for i in range(checks)
-            ],
-            "source": {"digest": bundle_digest({"s.sh": "exit 0"}, {}), "snapshotConfigMap": f"{name}-scripts"},
-            "participants": [
-                {"index": i, "nodeName": n["metadata"]["name"], "nodeUID": n["metadata"]["uid"]}
-                for i, n in enumerate(nodes)
-            ],
-            "suiteDeadlineSeconds": 600,
-        },
-    }
-    await admin.create(resource_path(API, keys.RUN_PLURAL, namespace), body)
-    status = {"status": {"phase": "Running", "startTime": "2026-11-30T00:00:00Z"}}
-    return await admin.merge_patch(resource_path(API, keys.RUN_PLURAL, namespace, name, "status"), status)
-
-
-def _workflow(run: dict[str, Any], digests: dict[int, str], phase: str = "Succeeded") -> dict[str, Any]:
-    nodes = {
-        f"n{i}": {
-            "templateName": "check",
-            "phase": "Succeeded",
-            "inputs": {"parameters": [{"name": "index", "value": str(i)}]},
-            "outputs": {"parameters": [{"name": "evidence-digest", "value": d}]},
-        }
-        for i, d in digests.items()
-    }
-    return {"metadata": {"name": run["metadata"]["name"]}, "status": {"phase": phase, "nodes": nodes}}
-
-
 async def _accept(ctx: Context, admin: KubeClient, run: dict[str, Any], workflow: dict[str, Any]) -> dict[str, Any]:
     await accept(ctx, run, workflow, deadline_passed=False)
     return await admin.get(resource_path(API, keys.RUN_PLURAL, ctx.namespace, run["metadata"]["name"]))
-
-
-async def _store(admin: KubeClient, namespace: str, name: str, body: dict[str, Any]) -> None:
-    await admin.create(
-        resource_path("v1", "configmaps", namespace), {**body, "metadata": {**body["metadata"], "name": name}}
-    )
 
 
 def _labels(node: dict[str, Any]) -> dict[str, str]:
@@ -96,10 +53,10 @@ def _labels(node: dict[str, Any]) -> dict[str, str]:
 async def test_valid_evidence_is_the_control(ctx: Context, cluster: LocalCluster, admin: KubeClient) -> None:
     await install_rbac(admin, ctx.namespace)
     nodes = await _nodes(cluster, f"{ctx.namespace}-ok")
-    run = await _run(admin, ctx.namespace, nodes)
+    run = await running_run(admin, ctx.namespace, nodes, PROFILE, started=STARTED)
     document = eb.check_evidence(run)
-    await _store(admin, ctx.namespace, check_evidence_name(run["metadata"]["name"], 0), eb.config_map("x", document))
-    done = await _accept(ctx, admin, run, _workflow(run, {0: eb.digest_of(document)}))
+    await store(admin, ctx.namespace, check_evidence_name(run["metadata"]["name"], 0), eb.config_map("x", document))
+    done = await _accept(ctx, admin, run, workflow_status(run, {0: eb.digest_of(document)}))
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["checkVerdicts"] == [{"name": "check-0", "verdict": "Pass"}]
     stored = await admin.get(resource_path("v1", "configmaps", ctx.namespace, done["status"]["evidence"]["configMap"]))
@@ -113,7 +70,7 @@ async def test_valid_evidence_is_the_control(ctx: Context, cluster: LocalCluster
         assert condition["status"] == "True"
         assert any(c["type"] == "Ready" for c in live["status"]["conditions"])
     # Repeating the acceptance changes nothing (the recorded decision stands).
-    again = await _accept(ctx, admin, done, _workflow(run, {0: eb.digest_of(document)}))
+    again = await _accept(ctx, admin, done, workflow_status(run, {0: eb.digest_of(document)}))
     assert again["status"]["evidence"] == done["status"]["evidence"]
 
 
@@ -142,32 +99,34 @@ async def test_adversarial_evidence_never_passes(
 ) -> None:
     await install_rbac(admin, ctx.namespace)
     nodes = await _nodes(cluster, f"{ctx.namespace}-{case[:20]}")
-    run = await _run(admin, ctx.namespace, nodes, checks=2 if case == "second-check-missing" else 1)
+    run = await running_run(
+        admin, ctx.namespace, nodes, PROFILE, 2 if case == "second-check-missing" else 1, started=STARTED
+    )
     valid = eb.check_evidence(run)
     name = check_evidence_name(run["metadata"]["name"], 0)
     reported = {0: eb.digest_of(valid)}
     phase = "Succeeded"
     if case in eb.DOCUMENT_MUTATIONS:
         bad = eb.DOCUMENT_MUTATIONS[case](valid)
-        await _store(admin, ctx.namespace, name, eb.config_map(name, bad, owner=run))
+        await store(admin, ctx.namespace, name, eb.config_map(name, bad, owner=run))
         reported = {0: eb.digest_of(bad)}  # even when the adapter reported exactly this document
     elif case in RAW_CASES:
-        await _store(admin, ctx.namespace, name, eb.config_map(name, None, raw=RAW_CASES[case](valid), owner=run))
+        await store(admin, ctx.namespace, name, eb.config_map(name, None, raw=RAW_CASES[case](valid), owner=run))
     elif case == "not-owned-by-the-run":
         stranger = {"metadata": {"name": "stranger", "uid": str(uuid.uuid4())}}
-        await _store(admin, ctx.namespace, name, eb.config_map(name, valid, owner=stranger))
+        await store(admin, ctx.namespace, name, eb.config_map(name, valid, owner=stranger))
     elif case == "mutable-config-map":
-        await _store(admin, ctx.namespace, name, eb.config_map(name, valid, immutable=False))
+        await store(admin, ctx.namespace, name, eb.config_map(name, valid, immutable=False))
     elif case == "digest-of-a-different-document":
-        await _store(admin, ctx.namespace, name, eb.config_map(name, valid))
+        await store(admin, ctx.namespace, name, eb.config_map(name, valid))
         other = eb.check_evidence(run, verdicts={1: "Fail"})
         reported = {0: eb.digest_of(other)}
     elif case == "workflow-failed":
-        await _store(admin, ctx.namespace, name, eb.config_map(name, valid))
+        await store(admin, ctx.namespace, name, eb.config_map(name, valid))
         phase = "Failed"
     elif case == "second-check-missing":
-        await _store(admin, ctx.namespace, name, eb.config_map(name, valid))
-    done = await _accept(ctx, admin, run, _workflow(run, reported, phase))
+        await store(admin, ctx.namespace, name, eb.config_map(name, valid))
+    done = await _accept(ctx, admin, run, workflow_status(run, reported, phase))
     assert done["status"]["phase"] in {"Inconclusive", "Failed"}, done["status"]
     assert done["status"]["phase"] != "Succeeded"
     for node in nodes:
@@ -181,13 +140,13 @@ async def test_replaced_node_gets_nothing_and_run_is_inconclusive(
 ) -> None:
     await install_rbac(admin, ctx.namespace)
     nodes = await _nodes(cluster, f"{ctx.namespace}-rep")
-    run = await _run(admin, ctx.namespace, nodes)
+    run = await running_run(admin, ctx.namespace, nodes, PROFILE, started=STARTED)
     document = eb.check_evidence(run)
-    await _store(admin, ctx.namespace, check_evidence_name(run["metadata"]["name"], 0), eb.config_map("x", document))
+    await store(admin, ctx.namespace, check_evidence_name(run["metadata"]["name"], 0), eb.config_map("x", document))
     replaced = nodes[1]["metadata"]["name"]
     await cluster.remove_node(replaced)
     await cluster.add_nodes([SimNode(replaced)])
-    done = await _accept(ctx, admin, run, _workflow(run, {0: eb.digest_of(document)}))
+    done = await _accept(ctx, admin, run, workflow_status(run, {0: eb.digest_of(document)}))
     assert done["status"]["phase"] == "Inconclusive"
     assert done["status"]["reason"] == "NodeReplaced"
     fresh = await admin.get(resource_path("v1", "nodes", name=replaced))
@@ -200,17 +159,17 @@ async def test_projection_is_monotonic(ctx: Context, cluster: LocalCluster, admi
     """An older Run that finishes after a newer one leaves the newer result in place."""
     await install_rbac(admin, ctx.namespace)
     nodes = await _nodes(cluster, f"{ctx.namespace}-mono", 1)
-    older = await _run(admin, ctx.namespace, nodes)
+    older = await running_run(admin, ctx.namespace, nodes, PROFILE, started=STARTED)
     await asyncio.sleep(1.1)  # creation timestamps have one-second resolution
-    newer = await _run(admin, ctx.namespace, nodes)
+    newer = await running_run(admin, ctx.namespace, nodes, PROFILE, started=STARTED)
     failing = eb.check_evidence(newer, verdicts={0: "Fail"})
-    await _store(admin, ctx.namespace, check_evidence_name(newer["metadata"]["name"], 0), eb.config_map("x", failing))
-    assert (await _accept(ctx, admin, newer, _workflow(newer, {0: eb.digest_of(failing)})))["status"][
+    await store(admin, ctx.namespace, check_evidence_name(newer["metadata"]["name"], 0), eb.config_map("x", failing))
+    assert (await _accept(ctx, admin, newer, workflow_status(newer, {0: eb.digest_of(failing)})))["status"][
         "phase"
     ] == "Failed"
     passing = eb.check_evidence(older)
-    await _store(admin, ctx.namespace, check_evidence_name(older["metadata"]["name"], 0), eb.config_map("x", passing))
-    late = await _accept(ctx, admin, older, _workflow(older, {0: eb.digest_of(passing)}))
+    await store(admin, ctx.namespace, check_evidence_name(older["metadata"]["name"], 0), eb.config_map("x", passing))
+    late = await _accept(ctx, admin, older, workflow_status(older, {0: eb.digest_of(passing)}))
     assert late["status"]["phase"] == "Succeeded"
     node = await admin.get(resource_path("v1", "nodes", name=nodes[0]["metadata"]["name"]))
     assert _labels(node)[keys.certified_label(PROFILE)] == "Fail"

@@ -6,7 +6,6 @@ then the controller's own acceptance (controller.accept.accept) in-process."""
 import asyncio
 import json
 import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,11 @@ from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, resource_path
 from shared import keys
-from shared.digests import bundle_digest
 from tests import evidence_builders as eb
 from tests.controller_support import install_rbac, profile_body
+from tests.run_builders import running_run, store, workflow_status
+
+STARTED = "2026-11-30T00:00:00Z"
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 API = keys.API_VERSION
@@ -62,61 +63,17 @@ async def _nodes(cluster: LocalCluster, prefix: str, count: int = 2) -> list[Obj
     return await cluster.add_nodes([SimNode(f"{prefix}-{i}") for i in range(count)])
 
 
-async def _run(admin: KubeClient, namespace: str, nodes: list[Obj], profile: str, checks: int = 1) -> Obj:
-    name = f"r-{uuid.uuid4().hex[:8]}"
-    body = {
-        "apiVersion": API,
-        "kind": keys.RUN_KIND,
-        "metadata": {"name": name, "namespace": namespace, "labels": {keys.PROFILE_LABEL: profile}},
-        "spec": {
-            "profile": {"name": profile, "uid": str(uuid.uuid4()), "generation": 1},
-            "checks": [
-                {"name": f"check-{i}", "scriptKey": "s.sh", "backend": "Pod", "backendActiveDeadline": "1m"}
-                for i in range(checks)
-            ],
-            "source": {"digest": bundle_digest({"s.sh": "exit 0"}, {}), "snapshotConfigMap": f"{name}-scripts"},
-            "participants": [
-                {"index": i, "nodeName": n["metadata"]["name"], "nodeUID": n["metadata"]["uid"]}
-                for i, n in enumerate(nodes)
-            ],
-            "suiteDeadlineSeconds": 600,
-        },
-    }
-    await admin.create(resource_path(API, keys.RUN_PLURAL, namespace), body)
-    status = {"status": {"phase": "Running", "startTime": "2026-11-30T00:00:00Z"}}
-    return await admin.merge_patch(resource_path(API, keys.RUN_PLURAL, namespace, name, "status"), status)
-
-
-def _workflow(run: Obj, digests: dict[int, str], phase: str = "Succeeded") -> Obj:
-    nodes = {
-        f"n{i}": {
-            "templateName": "check",
-            "phase": "Succeeded",
-            "inputs": {"parameters": [{"name": "index", "value": str(i)}]},
-            "outputs": {"parameters": [{"name": "evidence-digest", "value": d}]},
-        }
-        for i, d in digests.items()
-    }
-    return {"metadata": {"name": run["metadata"]["name"]}, "status": {"phase": phase, "nodes": nodes}}
-
-
-async def _store(admin: KubeClient, namespace: str, name: str, body: Obj) -> None:
-    await admin.create(
-        resource_path("v1", "configmaps", namespace), {**body, "metadata": {**body["metadata"], "name": name}}
-    )
-
-
 async def _finished(ctx: Context, admin: KubeClient, cluster: LocalCluster, profile: str, checks: int = 2) -> Obj:
     """A Run whose checks all passed, accepted by the controller's code."""
     nodes = await _nodes(cluster, f"{ctx.namespace}-{profile}")
-    run = await _run(admin, ctx.namespace, nodes, profile, checks)
+    run = await running_run(admin, ctx.namespace, nodes, profile, checks, started=STARTED)
     digests = {}
     for index in range(checks):
         document = eb.check_evidence(run, index)
         digests[index] = eb.digest_of(document)
         name = check_evidence_name(run["metadata"]["name"], index)
-        await _store(admin, ctx.namespace, name, eb.config_map(name, document))
-    await accept(ctx, run, _workflow(run, digests), deadline_passed=False)
+        await store(admin, ctx.namespace, name, eb.config_map(name, document))
+    await accept(ctx, run, workflow_status(run, digests), deadline_passed=False)
     return await admin.get(resource_path(API, keys.RUN_PLURAL, ctx.namespace, run["metadata"]["name"]))
 
 
@@ -143,7 +100,7 @@ async def test_verify_passes_then_catches_a_replaced_and_a_missing_check(
     cm = check_evidence_name(name, 1)
     await admin.delete(resource_path("v1", "configmaps", ns, cm))
     forged = eb.check_evidence(run, 1, verdicts={0: "Fail"})
-    await _store(admin, ns, cm, eb.config_map(cm, forged))
+    await store(admin, ns, cm, eb.config_map(cm, forged))
     rc, out, err = await signalctl(kubeconfig, "evidence", "verify", name, "-n", ns)
     assert rc == 1, out + err
     mismatched = _lines(out, "MISMATCH")
@@ -168,7 +125,7 @@ async def test_verify_agrees_with_every_recorded_decision(
 ) -> None:
     """Negative outcomes verify too: verify checks the record, not that the Run passed."""
     nodes = await _nodes(cluster, f"{ctx.namespace}-{case[:12]}")
-    run = await _run(admin, ctx.namespace, nodes, "corpus")
+    run = await running_run(admin, ctx.namespace, nodes, "corpus", started=STARTED)
     valid = eb.check_evidence(run)
     name = check_evidence_name(run["metadata"]["name"], 0)
     reported, phase, stored = eb.digest_of(valid), "Succeeded", eb.config_map(name, valid)
@@ -185,11 +142,11 @@ async def test_verify_agrees_with_every_recorded_decision(
     elif case == "workflow-failed":
         phase = "Failed"
     if case != "missing-evidence":
-        await _store(admin, ctx.namespace, name, stored)
+        await store(admin, ctx.namespace, name, stored)
     if case == "node-replaced":
         await cluster.remove_node(nodes[1]["metadata"]["name"])
         await cluster.add_nodes([SimNode(nodes[1]["metadata"]["name"])])
-    await accept(ctx, run, _workflow(run, {0: reported}, phase), deadline_passed=False)
+    await accept(ctx, run, workflow_status(run, {0: reported}, phase), deadline_passed=False)
     done = await admin.get(resource_path(API, keys.RUN_PLURAL, ctx.namespace, run["metadata"]["name"]))
     assert done["status"]["phase"] in {"Failed", "Inconclusive"}, done["status"]
     rc, out, err = await signalctl(kubeconfig, "evidence", "verify", run["metadata"]["name"], "-n", ctx.namespace)
@@ -318,7 +275,7 @@ async def test_request_wait_follows_the_run_to_the_end(
         first = await asyncio.wait_for(process.stdout.readline(), 30)
         assert b"requested for certification" in first
         # Stand in for the controller: admit the Node into a Run, then finish it.
-        run = await _run(admin, namespace, nodes, profile)
+        run = await running_run(admin, namespace, nodes, profile, started=STARTED)
         status_path = resource_path(API, keys.RUN_PLURAL, namespace, run["metadata"]["name"], "status")
         await asyncio.sleep(1.5)
         await admin.merge_patch(
@@ -338,7 +295,7 @@ async def test_release_refuses_a_running_run_and_cancel_sets_the_flag(
 ) -> None:
     ns = ctx.namespace
     nodes = await _nodes(cluster, f"{ns}-rel")
-    run = await _run(admin, ns, nodes, "rel")
+    run = await running_run(admin, ns, nodes, "rel", started=STARTED)
     name = run["metadata"]["name"]
     path = resource_path(API, keys.RUN_PLURAL, ns, name)
     rc, out, err = await signalctl(kubeconfig, "release", name, "-n", ns)

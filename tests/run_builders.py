@@ -1,0 +1,73 @@
+"""Runs, Workflows and evidence ConfigMaps made directly on the API server (as an admin), for
+tests that exercise the controller's acceptance code, signalctl and the portal without
+running real checks: a Running Run over given Nodes, the Workflow status Argo would report,
+and the check evidence stored under the adapter's name."""
+
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from localcluster.kube import KubeClient, resource_path
+from shared import keys
+from shared.digests import bundle_digest
+
+Obj = dict[str, Any]
+SCRIPTS = {"s.sh": "exit 0"}
+
+
+def run_body(namespace: str, nodes: Sequence[Obj], profile: str, checks: int = 1) -> Obj:
+    """A CertificationRun of ``checks`` Pod checks over ``nodes`` (index = list order)."""
+    name = f"r-{uuid.uuid4().hex[:8]}"
+    return {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.RUN_KIND,
+        "metadata": {"name": name, "namespace": namespace, "labels": {keys.PROFILE_LABEL: profile}},
+        "spec": {
+            "profile": {"name": profile, "uid": str(uuid.uuid4()), "generation": 1},
+            "checks": [
+                {"name": f"check-{i}", "scriptKey": "s.sh", "backend": "Pod", "backendActiveDeadline": "1m"}
+                for i in range(checks)
+            ],
+            "source": {"digest": bundle_digest(SCRIPTS, {}), "snapshotConfigMap": f"{name}-scripts"},
+            "participants": [
+                {"index": i, "nodeName": n["metadata"]["name"], "nodeUID": n["metadata"]["uid"]}
+                for i, n in enumerate(nodes)
+            ],
+            "suiteDeadlineSeconds": 600,
+        },
+    }
+
+
+async def running_run(
+    admin: KubeClient, namespace: str, nodes: Sequence[Obj], profile: str, checks: int = 1, *, started: str = ""
+) -> Obj:
+    """Create the Run and mark it Running (as the controller would after admission)."""
+    body = run_body(namespace, nodes, profile, checks)
+    name = body["metadata"]["name"]
+    await admin.create(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace), body)
+    stamp = started or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {"status": {"phase": "Running", "startTime": stamp}}
+    return await admin.merge_patch(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace, name, "status"), status)
+
+
+def workflow_status(run: Obj, digests: dict[int, str], phase: str = "Succeeded") -> Obj:
+    """The Run's Workflow as the controller caches it: phase, and each check step's index and
+    reported evidence digest."""
+    nodes = {
+        f"n{i}": {
+            "templateName": "check",
+            "phase": "Succeeded",
+            "inputs": {"parameters": [{"name": "index", "value": str(i)}]},
+            "outputs": {"parameters": [{"name": "evidence-digest", "value": d}]},
+        }
+        for i, d in digests.items()
+    }
+    return {"metadata": {"name": run["metadata"]["name"]}, "status": {"phase": phase, "nodes": nodes}}
+
+
+async def store(admin: KubeClient, namespace: str, name: str, body: Obj) -> None:
+    """Create an evidence ConfigMap under ``name`` (keeping its owner references)."""
+    await admin.create(
+        resource_path("v1", "configmaps", namespace), {**body, "metadata": {**body["metadata"], "name": name}}
+    )
