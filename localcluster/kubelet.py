@@ -48,9 +48,9 @@ from localcluster.podprocess import (
     pod_key,
     process_spec,
 )
+from localcluster.podstatus import running_statuses, terminated_status
 
 log = structlog.get_logger("process-kubelet")
-TERMINATION_MESSAGE_LIMIT = 4096
 KILL_GRACE_SECONDS = 2.0
 UNIX_SOCKET_PATH_LIMIT = 100
 VOLUME_RETRY_SECONDS = 5.0
@@ -216,7 +216,7 @@ class ProcessKubelet:
         except (PodSpecError, ApiError, KeyError, OSError) as exc:
             await self._write_status(run, "Failed", started, reason="SimulationError", message=str(exc)[:1000])
             return
-        await self._write_status(run, "Running", started, containers=self._running(pod, started))
+        await self._write_status(run, "Running", started, containers=running_statuses(pod, started))
         deadline = pod["spec"].get("activeDeadlineSeconds")
         try:
             async with asyncio.timeout(deadline):
@@ -229,7 +229,7 @@ class ProcessKubelet:
                 started,
                 reason="DeadlineExceeded",
                 message=f"Pod was active on the node longer than the specified deadline ({deadline}s)",
-                containers=[self._terminated(specs[c["name"]], c, 137, started) for c in pod["spec"]["containers"]],
+                containers=[terminated_status(specs[c["name"]], c, 137, started) for c in pod["spec"]["containers"]],
             )
             return
         self._kill(run, signal.SIGKILL)
@@ -254,10 +254,12 @@ class ProcessKubelet:
         for container in pod["spec"].get("initContainers", []):
             code = await self._exec(run, container["name"], specs[container["name"]])
             if code != 0:
-                return [self._terminated(specs[c["name"]], c, -1, started) for c in pod["spec"]["containers"]]
+                return [terminated_status(specs[c["name"]], c, -1, started) for c in pod["spec"]["containers"]]
         containers = pod["spec"]["containers"]
         codes = await asyncio.gather(*(self._exec(run, c["name"], specs[c["name"]]) for c in containers))
-        return [self._terminated(specs[c["name"]], c, code, started) for c, code in zip(containers, codes, strict=True)]
+        return [
+            terminated_status(specs[c["name"]], c, code, started) for c, code in zip(containers, codes, strict=True)
+        ]
 
     async def _exec(self, run: PodRun, name: str, spec: ProcessSpec) -> int:
         with spec.log_file.open("ab") as output:
@@ -338,48 +340,6 @@ class ProcessKubelet:
         return "404 Not Found", f"process kubelet: no Pod {namespace}/{name} runs here"
 
     # -- status --------------------------------------------------------------------------
-
-    def _running(self, pod: Obj, started: str) -> list[Obj]:
-        return [
-            {
-                "name": c["name"],
-                "image": c.get("image", ""),
-                "imageID": "",
-                "ready": True,
-                "restartCount": 0,
-                "started": True,
-                "state": {"running": {"startedAt": started}},
-            }
-            for c in pod["spec"]["containers"]
-        ]
-
-    def _terminated(self, spec: ProcessSpec, container: Obj, code: int, started: str) -> Obj:
-        message = (
-            spec.termination_file.read_bytes()[:TERMINATION_MESSAGE_LIMIT] if spec.termination_file.exists() else b""
-        )
-        if not message and code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            message = spec.log_file.read_bytes()[-2048:] if spec.log_file.exists() else b""
-        exit_code = code if code >= 0 else 128 - code
-        terminated = {
-            "exitCode": exit_code,
-            "reason": "Completed" if exit_code == 0 else "Error",
-            "startedAt": started,
-            "finishedAt": _now(),
-            "containerID": f"process://{spec.argv[0]}",
-        }
-        if code < 0:
-            terminated["signal"] = -code
-        if message:
-            terminated["message"] = message.decode("utf-8", errors="replace")
-        return {
-            "name": container["name"],
-            "image": container.get("image", ""),
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "started": False,
-            "state": {"terminated": terminated},
-        }
 
     async def _write_status(
         self,
