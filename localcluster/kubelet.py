@@ -24,8 +24,8 @@ command is refused.
 
 import asyncio
 import contextlib
+import functools
 import os
-import re
 import shutil
 import signal
 import ssl
@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import structlog
 
+from localcluster import kubeletapi
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.podexec import ExecRefused, ExecServer, ExecTarget, HostRef, node_env
 from localcluster.podprocess import (
@@ -54,7 +54,6 @@ log = structlog.get_logger("process-kubelet")
 KILL_GRACE_SECONDS = 2.0
 UNIX_SOCKET_PATH_LIMIT = 100
 VOLUME_RETRY_SECONDS = 5.0
-_SHELL_KILL = re.compile(r"kill -(\d+) 1")
 
 
 def _now() -> str:
@@ -114,7 +113,8 @@ class ProcessKubelet:
         if self.tls_files is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(*map(str, self.tls_files))
-            self._api_server = await asyncio.start_server(self._serve_api, "127.0.0.1", 0, ssl=context)
+            serve = functools.partial(kubeletapi.serve, signal_container=self._signal_container)
+            self._api_server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
             self.api_port = self._api_server.sockets[0].getsockname()[1]
         self._watcher = asyncio.create_task(self._watch_forever(), name="process-kubelet-watch")
 
@@ -295,38 +295,10 @@ class ProcessKubelet:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, sig)
 
-    # -- the kubelet API: pods/exec, for signals only ------------------------------------
+    # -- the kubelet API: pods/exec, for signals only (localcluster/kubeletapi.py) ---------
 
-    async def _serve_api(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10.0)
-            method, target, _version = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
-            status, message = self._api_request(method, target)
-            body = message.encode()
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode()
-                + body
-            )
-            await writer.drain()
-        except (OSError, ValueError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-            log.info("kubelet API request dropped", error=str(exc))
-        finally:
-            writer.close()
-            with contextlib.suppress(OSError, ssl.SSLError):
-                await writer.wait_closed()
-
-    def _api_request(self, method: str, target: str) -> tuple[str, str]:
-        """Handle ``/exec/<namespace>/<pod>[/<uid>]/<container>?command=...``: (status, message)."""
-        url = urlsplit(target)
-        parts = [unquote(p) for p in url.path.strip("/").split("/")]
-        if method not in {"GET", "POST"} or len(parts) not in {4, 5} or parts[0] != "exec":
-            return "404 Not Found", f"process kubelet: no {method} {url.path}"
-        namespace, name, container = parts[1], parts[2], parts[-1]
-        command = parse_qs(url.query).get("command", [])
-        number = _kill_signal(command)
-        if number is None:
-            return "403 Forbidden", f"process kubelet: exec only simulates signalling PID 1, not {command}"
+    def _signal_container(self, namespace: str, name: str, container: str, number: int) -> tuple[str, str]:
+        """Send signal ``number`` to a running container's first process: (status, message)."""
         for run in self.runs.values():
             meta = run.pod["metadata"]
             if (meta["namespace"], meta["name"]) != (namespace, name):
@@ -405,15 +377,3 @@ class ProcessKubelet:
         except ApiError as exc:
             if exc.status not in {404, 409}:
                 raise
-
-
-def _kill_signal(command: list[str]) -> int | None:
-    """The signal of ``<...>/argoexec kill <n> 1`` or ``/bin/sh -c "kill -<n> 1"``, else None."""
-    argoexec = len(command) == 4 and command[0].rsplit("/", 1)[-1] == "argoexec" and command[1] == "kill"
-    if argoexec and command[2].isdigit() and command[3] == "1":
-        return int(command[2])
-    if len(command) == 3 and command[:2] == ["/bin/sh", "-c"]:
-        match = _SHELL_KILL.fullmatch(command[2].strip())
-        if match:
-            return int(match.group(1))
-    return None

@@ -283,8 +283,6 @@ def test_every_image_in_deploy_is_built_by_a_dockerfile_of_this_repository() -> 
         component = image.split("/")[1].split(":")[0]
         assert command in {"", f"signal-{component}"}, image
         dockerfile = REPO / f"Dockerfile.{component}"
-        if component == "portal" and not dockerfile.exists():
-            pytest.skip("Dockerfile.portal arrives with the portal (issue 6)")
         entrypoint = re.search(r"^ENTRYPOINT (\[.*\])$", dockerfile.read_text(), re.MULTILINE)
         assert entrypoint is not None, dockerfile.name
         assert json.loads(entrypoint.group(1)) == [f"signal-{component}"], dockerfile.name
