@@ -7,7 +7,7 @@ Argo Workflows' real workflow-controller (local test infrastructure, see
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -130,19 +130,33 @@ class LocalCluster:
         log.info("local cluster ready", **{k: round(v, 2) for k, v in self.timings.items()})
 
     async def stop(self) -> None:
+        """Stop every part in reverse order of start. Each part is stopped even if an earlier
+        one fails to stop, so the control plane's processes never outlive the cluster; the
+        first failure is raised at the end."""
+        failures: list[BaseException] = []
+
+        async def attempt(step: Callable[[], Awaitable[object]]) -> None:
+            try:
+                await step()
+            except Exception as exc:
+                log.warning("a local cluster part failed to stop", error=repr(exc))
+                failures.append(exc)
+
         if self.argo:
-            await asyncio.to_thread(self.argo.stop)
+            argo = self.argo
+            await attempt(lambda: asyncio.to_thread(argo.stop))
         if self.mpi_operator:
-            await self.mpi_operator.stop()
+            await attempt(self.mpi_operator.stop)
         if self._heartbeat:
             self._heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._heartbeat
+            await asyncio.gather(self._heartbeat, return_exceptions=True)
         if self.kubelet:
-            await self.kubelet.stop()
+            await attempt(self.kubelet.stop)
         if self.admin_client:
-            await self.admin_client.close()
-        self.plane.stop()
+            await attempt(self.admin_client.close)
+        await attempt(lambda: asyncio.to_thread(self.plane.stop))
+        if failures:
+            raise failures[0]
 
     async def add_nodes(
         self,

@@ -8,8 +8,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
+import structlog
+
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
+
+log = structlog.get_logger("localcluster.fleet")
 
 SIMULATED_LABEL = "projectsignal.dev/simulated"
 RDMA_RESOURCE = "rdma/ib"
@@ -178,5 +183,10 @@ async def heartbeat(
         wanted = set(names())
         if not wanted:
             continue
-        listing = await kube.get(resource_path("v1", "nodes"), labelSelector=f"{SIMULATED_LABEL}=true")
-        await asyncio.gather(*(beat(n) for n in listing["items"] if n["metadata"]["name"] in wanted))
+        try:
+            listing = await kube.get(resource_path("v1", "nodes"), labelSelector=f"{SIMULATED_LABEL}=true")
+            await asyncio.gather(*(beat(n) for n in listing["items"] if n["metadata"]["name"] in wanted))
+        except (ApiError, httpx.TransportError) as exc:
+            # A dropped keep-alive connection or a busy API server costs one beat, not the
+            # heartbeat: a dead heartbeat would let every simulated Node go stale.
+            log.warning("node heartbeat failed; retrying next interval", error=repr(exc), interval_s=interval)

@@ -79,7 +79,14 @@ class KubeClient:
         headers = {"Content-Type": content_type} if content is not None else {}
         if accept:
             headers["Accept"] = accept
-        response = await self._http.request(method, path, content=content, params=params, headers=headers)
+        try:
+            response = await self._http.request(method, path, content=content, params=params, headers=headers)
+        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
+            # A keep-alive connection the server has just closed fails on reuse. Only a
+            # read is safe to send again; a write may have been applied, so it surfaces.
+            if method != "GET":
+                raise
+            response = await self._http.request(method, path, content=content, params=params, headers=headers)
         if response.status_code >= 300:
             try:
                 status = response.json()
