@@ -6,6 +6,7 @@ from kubernetes_asyncio import client
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, resource_path
+from tests.controller_support import eventually
 
 
 async def test_service_account_token_is_denied_then_allowed_by_rbac(
@@ -40,7 +41,16 @@ async def test_service_account_token_is_denied_then_allowed_by_rbac(
                 "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
             },
         )
-        listing = await kube.get(cms)
+
+        async def listed() -> dict[str, object] | None:
+            try:
+                return await kube.get(cms)
+            except ApiError as exc:
+                if exc.status != 403:
+                    raise
+                return None  # the API server's RBAC cache has not seen the binding yet
+
+        listing = await eventually(listed, timeout=15, what="the RoleBinding to take effect")
         assert listing["kind"] == "ConfigMapList"
         try:
             await kube.create(cms, {"metadata": {"name": "nope"}})

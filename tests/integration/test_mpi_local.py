@@ -150,7 +150,10 @@ async def test_mpirun_reaches_two_workers_on_two_nodes_and_foreground_delete_rem
     assert has_condition("Complete")(launcher_job)
     assert launcher_job["spec"]["backoffLimit"] == 0
     assert condition(done, "Succeeded")["reason"] == "MPIJobSucceeded"
-    assert condition(done, "Running")["status"] == "False"
+    # Like the real operator, a Running condition is only there if a sync saw the launcher
+    # running (a fast launcher on a busy machine may finish in between); once done, it is False.
+    running = [c for c in done["status"]["conditions"] if c["type"] == "Running"]
+    assert all(c["status"] == "False" for c in running), running
     assert condition(done, "Created")["reason"] == "MPIJobCreated"
     assert done["status"]["completionTime"]
     assert done["status"]["startTime"]

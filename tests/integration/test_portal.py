@@ -41,7 +41,7 @@ from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.digests import bundle_digest
 from shared.evidence import EVIDENCE_KEY, SCHEMA_ANNOTATION, decode_document, encode
 from tests import evidence_builders as eb
-from tests.controller_support import REPO, eventually, install_rbac
+from tests.controller_support import REPO, eventually, install_rbac, rbac_in_effect
 from tests.unit.test_envelope_builders import evidence
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -117,6 +117,7 @@ async def portal_identity(cluster: LocalCluster, admin: KubeClient, namespace: s
         await admin.apply(
             resource_path("rbac.authorization.k8s.io/v1", "rolebindings", other, "signal-portal"), binding
         )
+        await rbac_in_effect(admin, [copy, binding])
     sa = await identities.service_account(cluster.plane, namespace, "signal-portal", create=False)
     return sa.kubeconfig(cluster.workdir() / f"portal-{namespace}.kubeconfig", namespace)
 
@@ -366,6 +367,7 @@ async def _grant_list_runs(admin: KubeClient, namespace: str, user: str) -> None
     }
     await admin.apply(resource_path(rbac, "roles", namespace, f"{user}-runs"), role)
     await admin.apply(resource_path(rbac, "rolebindings", namespace, f"{user}-runs"), binding)
+    await rbac_in_effect(admin, [role, binding])
 
 
 async def test_a_user_sees_only_their_workspaces(
