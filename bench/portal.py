@@ -4,7 +4,9 @@ is built directly from synthetic envelopes (classified, as the portal builds the
 
 Prints: time to build the index; p50 and p99 latency of a first page and of a last page of
 100 results (an opaque continuation token pointing just before the last 100), and of one
-filtered query; the resident memory of the process before and after the index. Asserts nothing.
+filtered query; the fleet view the dashboard polls (/api/v1/fleet, 200 rows per check): its
+first answer from a new index snapshot, then cached; the resident memory of the process before
+and after the index. Asserts nothing.
 
     .venv/bin/python bench/portal.py [--nodes 10000] [--checks 10] [--requests 300]
 """
@@ -160,6 +162,15 @@ async def main(nodes: int, checks: int, requests: int) -> None:
             await measure(session, url, 5)  # warm up
             p50, p99, items = await measure(session, url, requests)
             print(f"{label:<26} p50 {p50:6.2f} ms   p99 {p99:6.2f} ms   ({items} items, {requests} requests)")
+        fleet = f"http://127.0.0.1:{port}/api/v1/fleet?rows=200"
+        began = time.perf_counter()
+        async with session.get(fleet) as response:
+            size = len(await response.read())
+            assert response.status == 200
+        cold = (time.perf_counter() - began) * 1000
+        print(f"{'fleet view, first answer':<26} {cold:6.1f} ms ({size / 1024:.0f} KiB, {checks} checks x 200 rows)")
+        p50, p99, items = await measure(session, fleet, requests)
+        print(f"{'fleet view, cached':<26} p50 {p50:6.2f} ms   p99 {p99:6.2f} ms   ({items} checks, {requests} calls)")
     print(f"resident memory after serving: {rss_mib():.0f} MiB")
     await runner.cleanup()
 

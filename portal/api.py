@@ -1,4 +1,5 @@
-"""The portal's HTTP API (aiohttp): /api/v1 (checks, results, one result, one Node),
+"""The portal's HTTP API (aiohttp): /api/v1 (checks, the fleet view, results, one result,
+one Node),
 /api/v1/openapi.json, /healthz, /readyz, /metrics; and the dashboard (portal/dashboard.py) at
 ``/``. Read-only: handlers only read the current index snapshot (portal/index.py) and ask the
 authorizer which workspaces the caller sees.
@@ -20,7 +21,7 @@ from kubeio.errors import ApiError
 from portal import dashboard, metrics
 from portal.auth import ALL, Authorizer, Unauthenticated
 from portal.index import Filters, Index, Visible, render_page
-from portal.openapi import DEFAULT_LIMIT, MAX_LIMIT, document
+from portal.openapi import DEFAULT_FLEET_ROWS, DEFAULT_LIMIT, MAX_FLEET_ROWS, MAX_LIMIT, document
 from portal.pagination import TokenError, decode_token, encode_token
 from shared.envelope import ENVELOPE_SCHEMA, State, parse_id
 
@@ -126,6 +127,13 @@ class Api:
         )
         return web.Response(body=body, content_type="application/json")
 
+    async def fleet(self, request: web.Request) -> web.Response:
+        rows = _bounded(request.query.get("rows"), "rows", 0, MAX_FLEET_ROWS, DEFAULT_FLEET_ROWS)
+        index = self.source.index
+        visible = await self._visible(request, index)
+        body = b'{"apiVersion":"v1","schema":"' + ENVELOPE_SCHEMA.encode() + b'","items":' + index.fleet(visible, rows)
+        return web.Response(body=body + b"}", content_type="application/json")
+
     async def result(self, request: web.Request) -> web.Response:
         key = parse_id(request.match_info["id"])
         index = self.source.index
@@ -183,10 +191,14 @@ def _state(value: str | None) -> State | None:
 
 
 def _limit(value: str | None) -> int:
+    return _bounded(value, "limit", 1, MAX_LIMIT, DEFAULT_LIMIT)
+
+
+def _bounded(value: str | None, name: str, low: int, high: int, default: int) -> int:
     if value is None:
-        return DEFAULT_LIMIT
-    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_LIMIT:
-        raise ApiProblem(400, "BadRequest", f"limit must be an integer 1..{MAX_LIMIT}")
+        return default
+    if not (value.isascii() and value.isdigit()) or not low <= int(value) <= high:
+        raise ApiProblem(400, "BadRequest", f"{name} must be an integer {low}..{high}")
     return int(value)
 
 
@@ -196,6 +208,7 @@ def make_app(source: IndexSource, authorizer: Authorizer) -> web.Application:
     app.add_routes(
         [
             web.get("/api/v1/checks", api.checks),
+            web.get("/api/v1/fleet", api.fleet),
             web.get("/api/v1/results", api.results),
             web.get("/api/v1/results/{id}", api.result),
             web.get("/api/v1/nodes/{name}", api.node),

@@ -8,6 +8,7 @@ authorized workspaces) is applied to every query; nothing outside it is counted 
 """
 
 import bisect
+import heapq
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,14 @@ from portal.pagination import Key
 from shared.envelope import State, ValidationResult
 
 Visible = Callable[[str], bool]
+FLEET_ORDER: Mapping[str, int] = {
+    state.value: rank
+    for rank, state in enumerate([State.FAILED, State.UNKNOWN, State.STALE, State.RUNNING, State.PASSED])
+}
+"""The fleet view lists a check's Nodes worst first: what needs attention comes first."""
+FLEET_CACHE = 8
+"""Fleet answers kept per snapshot (one per distinct set of visible workspaces; ~2 MiB each at
+10 checks x 200 rows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +121,12 @@ class Index:
             self._by_node.setdefault(entry.key[1], []).append(entry)
         self.workspaces = frozenset(e.key[0] for e in self.entries)
         self._types: dict[str, set[tuple[str, str]]] = {}
-        for entry in self.entries:
+        self._spans: dict[str, tuple[int, int]] = {}
+        for position, entry in enumerate(self.entries):
             self._types.setdefault(entry.key[0], set()).add((entry.key[2], entry.key[3]))
+            first, _ = self._spans.get(entry.key[0], (position, position))
+            self._spans[entry.key[0]] = (first, position + 1)
+        self._fleets: dict[tuple[frozenset[str], int], bytes] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -162,7 +175,7 @@ class Index:
         newest: dict[str, Entry] = {}
         for entry in mine:
             held = newest.get(entry.check_type)
-            if held is None or (entry.created, entry.key[4]) > (held.created, held.key[4]):
+            if held is None or _newer(entry, held):
                 newest[entry.check_type] = entry
         rows = []
         registered = {c.id for c in self.checks}
@@ -179,6 +192,43 @@ class Index:
             rows.append(row)
         return {"node": node, "uid": self.node_uids.get(node), "checks": rows}
 
+    def fleet(self, visible: Visible, rows: int) -> bytes:
+        """The fleet view as a JSON array, one item per visible check (as ``visible_checks``):
+        per Node, its newest visible result of that check; how many Nodes are in each state;
+        and the first ``rows`` of those results, worst state first, then by Node name. One
+        answer from one snapshot, cached per set of visible workspaces: a dashboard polls it
+        instead of walking every page of results."""
+        seen = frozenset(w for w in self.workspaces if visible(w))
+        cached = self._fleets.get((seen, rows))
+        if cached is not None:
+            return cached
+        newest: dict[str, dict[str, Entry]] = {}
+        totals: dict[str, int] = {}
+        for workspace in seen:
+            first, end = self._spans[workspace]
+            for position in range(first, end):
+                entry = self.entries[position]
+                check_type = entry.check_type
+                totals[check_type] = totals.get(check_type, 0) + 1
+                per_node = newest.setdefault(check_type, {})
+                held = per_node.get(entry.key[1])
+                if held is None or _newer(entry, held):
+                    per_node[entry.key[1]] = entry
+        items = []
+        for check in self.visible_checks(seen.__contains__):
+            per_node = newest.get(check["id"], {})
+            counts = {state.value: 0 for state in State}
+            for entry in per_node.values():
+                counts[entry.state] += 1
+            worst = heapq.nsmallest(rows, per_node.values(), key=lambda e: (FLEET_ORDER[e.state], e.key[1]))
+            head = {"check": check, "nodes": len(per_node), "results": totals.get(check["id"], 0), "counts": counts}
+            items.append(json.dumps(head).encode()[:-1] + b',"rows":' + render_page(worst) + b"}")
+        body = b"[" + b",".join(items) + b"]"
+        if len(self._fleets) >= FLEET_CACHE:
+            self._fleets.clear()
+        self._fleets[(seen, rows)] = body
+        return body
+
     def visible_checks(self, visible: Visible) -> list[dict[str, Any]]:
         """Registered checks, plus check types that only have (visible) results."""
         rows = {c.id: c.to_json() for c in self.checks}
@@ -190,6 +240,11 @@ class Index:
                 if check_id not in rows:
                     rows[check_id] = {"id": check_id, "profile": profile, "name": name, "registered": False}
         return [rows[k] for k in sorted(rows)]
+
+
+def _newer(entry: Entry, than: Entry) -> bool:
+    """Whether ``entry`` comes from a later Run: by the Run's creation, then its uid."""
+    return (entry.created, entry.key[4]) > (than.created, than.key[4])
 
 
 def _from(entries: list[Entry], start: int) -> Iterable[Entry]:

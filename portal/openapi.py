@@ -12,6 +12,8 @@ Obj = dict[str, Any]
 API_VERSION: Final = "v1"
 MAX_LIMIT: Final = 1000
 DEFAULT_LIMIT: Final = 100
+MAX_FLEET_ROWS: Final = 1000
+DEFAULT_FLEET_ROWS: Final = 200
 NAME = {"type": "string", "minLength": 1, "maxLength": 253}
 _ERROR = {"$ref": "#/components/schemas/Error"}
 
@@ -79,6 +81,26 @@ def _components() -> Obj:
             "continue": {
                 "type": ["string", "null"],
                 "description": "pass as `continue` for the next page; null on the last page",
+            },
+        },
+    }
+    schemas["FleetCheck"] = {
+        "type": "object",
+        "required": ["check", "nodes", "results", "counts", "rows"],
+        "properties": {
+            "check": {"$ref": "#/components/schemas/Check"},
+            "nodes": {"type": "integer", "description": "Nodes with a visible result of this check"},
+            "results": {"type": "integer", "description": "visible results of this check, all Runs"},
+            "counts": {
+                "type": "object",
+                "description": "Nodes by the state of their newest visible result",
+                "required": [s.value for s in State],
+                "properties": {s.value: {"type": "integer"} for s in State},
+            },
+            "rows": {
+                "type": "array",
+                "description": "the newest visible result per Node, worst state first, then by Node name",
+                "items": {"$ref": "#/components/schemas/ValidationResult"},
             },
         },
     }
@@ -152,6 +174,33 @@ def document() -> Obj:
                             "checks",
                         ),
                         **_errors(*auth_errors),
+                    },
+                }
+            },
+            "/api/v1/fleet": {
+                "get": {
+                    "operationId": "getFleet",
+                    "summary": "The fleet view: per visible check, Nodes by state and their newest results",
+                    "parameters": [
+                        _query(
+                            "rows",
+                            {"type": "integer", "minimum": 0, "maximum": MAX_FLEET_ROWS, "default": DEFAULT_FLEET_ROWS},
+                            "at most this many Node rows per check",
+                        )
+                    ],
+                    "responses": {
+                        "200": _json(
+                            {
+                                "type": "object",
+                                "required": ["apiVersion", "items"],
+                                "properties": {
+                                    "apiVersion": {"type": "string"},
+                                    "items": {"type": "array", "items": {"$ref": "#/components/schemas/FleetCheck"}},
+                                },
+                            },
+                            "one item per check",
+                        ),
+                        **_errors(400, *auth_errors),
                     },
                 }
             },

@@ -1,7 +1,8 @@
 // The portal dashboard: a fleet view with one compact summary per check (registered, or with
 // a result the caller may see), per-Node states with text as well as colour, and the
 // technical evidence of one result in a dialog opened on demand. Reads only /api/v1 with the
-// caller's bearer token (from the token field or ?token=, kept in sessionStorage); polls.
+// caller's bearer token (from the token field or ?token=, kept in sessionStorage); polls
+// /api/v1/fleet, which summarises the whole fleet in one answer from one snapshot.
 // An ES module (strict): portal/static/dom.js builds elements, portal/static/detail.js the
 // detail view.
 
@@ -9,8 +10,6 @@ import { STATES, ago, badge, brief, el, known, span, when } from "./dom.js";
 import { detailBody } from "./detail.js";
 
 const TOKEN_KEY = "signal-portal-token";
-const PAGE_LIMIT = 1000;
-const MAX_PAGES = 50;
 const MAX_ROWS = 200;
 const params = new URLSearchParams(window.location.search);
 const refreshSeconds = Math.max(1, Number(params.get("refresh")) || 5);
@@ -55,59 +54,10 @@ async function api(path) {
   return response.json();
 }
 
-async function allResults() {
-  const items = [];
-  let next = null;
-  for (let page = 0; page < MAX_PAGES; page += 1) {
-    const query = new URLSearchParams({ limit: String(PAGE_LIMIT) });
-    if (next) query.set("continue", next);
-    const body = await api(`api/v1/results?${query}`);
-    items.push(...body.items);
-    next = body.continue;
-    if (!next) return { items, complete: true };
-  }
-  return { items, complete: false };
-}
-
-// --- the fleet model (pure) --------------------------------------------------------------
-function newer(a, b) {
-  const ka = [a.run.created || "", a.run.uid];
-  const kb = [b.run.created || "", b.run.uid];
-  return ka[0] > kb[0] || (ka[0] === kb[0] && ka[1] > kb[1]);
-}
-
-function fleet(checks, results) {
-  // One entry per check the API lists (registered, or with visible results) and per check
-  // type that has a result; per Node the newest result (as the API's Node summary does).
-  const byId = new Map();
-  for (const check of checks) byId.set(check.id, { check, nodes: new Map(), total: 0 });
-  for (const result of results) {
-    const id = `${result.check.profile}/${result.check.name}`;
-    if (!byId.has(id)) {
-      const check = { id, profile: result.check.profile, name: result.check.name, registered: false };
-      byId.set(id, { check, nodes: new Map(), total: 0 });
-    }
-    const entry = byId.get(id);
-    entry.total += 1;
-    const held = entry.nodes.get(result.target.name);
-    if (!held || newer(result, held)) entry.nodes.set(result.target.name, result);
-  }
-  return [...byId.values()].sort((a, b) => (a.check.id < b.check.id ? -1 : 1));
-}
-
-function counts(entry) {
-  const tally = Object.fromEntries(STATES.map((s) => [s, 0]));
-  for (const result of entry.nodes.values()) tally[known(result.state)] += 1;
-  return tally;
-}
-
 // --- rendering ---------------------------------------------------------------------------
 function nodeRows(entry) {
-  const rank = (state) => STATES.indexOf(known(state));
-  const rows = [...entry.nodes.values()].sort(
-    (a, b) => rank(a.state) - rank(b.state) || (a.target.name < b.target.name ? -1 : 1),
-  );
-  return rows.slice(0, MAX_ROWS).map((result) =>
+  // The portal sends each Node's newest result, worst state first, then by Node name.
+  return entry.rows.map((result) =>
     el(
       "tr",
       { dataset: { node: result.target.name, state: known(result.state) } },
@@ -132,12 +82,12 @@ function nodeRows(entry) {
 
 function card(entry) {
   const { check } = entry;
-  const tally = counts(entry);
+  const tally = Object.fromEntries(STATES.map((s) => [s, entry.counts[s] || 0]));
   const facts = [];
   if (check.backend) facts.push(`${check.backend} backend`);
   if (check.freshnessSeconds) facts.push(`fresh for ${span(check.freshnessSeconds)}`);
-  facts.push(`${entry.nodes.size} Node${entry.nodes.size === 1 ? "" : "s"}`);
-  const body = entry.nodes.size
+  facts.push(`${entry.nodes} Node${entry.nodes === 1 ? "" : "s"}`);
+  const body = entry.nodes
     ? el(
         "table",
         { class: "nodes" },
@@ -154,7 +104,8 @@ function card(entry) {
         el("tbody", {}, nodeRows(entry)),
       )
     : el("p", { class: "none" }, "No results yet.");
-  const more = entry.nodes.size > MAX_ROWS ? el("p", { class: "none" }, `… and ${entry.nodes.size - MAX_ROWS} more Nodes`) : null;
+  const hidden = entry.nodes - entry.rows.length;
+  const more = hidden > 0 ? el("p", { class: "none" }, `… and ${hidden} more Node${hidden === 1 ? "" : "s"}`) : null;
   return el(
     "article",
     { class: "check", dataset: { check: check.id }, "aria-labelledby": `title-${check.id}` },
@@ -209,13 +160,13 @@ async function refresh() {
     return;
   }
   try {
-    const [checks, results] = await Promise.all([api("api/v1/checks"), allResults()]);
-    const signature = JSON.stringify([checks.items, results.items.map((r) => [r.id, r.state, r.reason, r.message])]);
+    const fleet = await api(`api/v1/fleet?rows=${MAX_ROWS}`);
+    const signature = JSON.stringify(fleet.items);
     if (signature !== lastSignature) {
-      render(fleet(checks.items, results.items));
+      render(fleet.items);
       lastSignature = signature;
     }
-    showProblem(results.complete ? "" : `Showing the first ${results.items.length} results only.`);
+    showProblem("");
     status.textContent = `Updated ${new Date().toLocaleTimeString()} · refreshing every ${refreshSeconds}s`;
     document.body.dataset.loaded = "true";
   } catch (error) {

@@ -32,8 +32,16 @@ def test_tokens_round_trip_and_reject_garbage() -> None:
             decode_token(bad)
 
 
-def _entry(workspace: str, node: str, check: str = "c", run: str = "u", state: str = "Passed") -> Entry:
-    return Entry((workspace, node, "p", check, run), state, "2026-11-30T00:00:00+00:00", b"{}", None, None)
+def _entry(
+    workspace: str,
+    node: str,
+    check: str = "c",
+    run: str = "u",
+    state: str = "Passed",
+    created: str = "2026-11-30T00:00:00+00:00",
+) -> Entry:
+    summary = json.dumps({"id": f"{workspace}~{node}~p~{check}~{run}", "state": state}).encode()
+    return Entry((workspace, node, "p", check, run), state, created, summary, None, None)
 
 
 def _walk(index_of: Any, filters: Filters, limit: int) -> list[Key]:
@@ -216,9 +224,76 @@ async def test_service_endpoints() -> None:
         assert spec == json.loads(json.dumps(document()))
         assert set(spec["paths"]) == {
             "/api/v1/checks",
+            "/api/v1/fleet",
             "/api/v1/results",
             "/api/v1/results/{id}",
             "/api/v1/nodes/{name}",
         }
         metrics = await (await test_client.get("/metrics")).text()
         assert "signal_portal_requests_total" in metrics
+
+
+def test_fleet_counts_the_newest_visible_result_per_node_worst_first() -> None:
+    day = "2026-11-{:02d}T00:00:00+00:00".format
+    index = Index(
+        [
+            # n1: an old Pass in a, a newer Fail in b: the newest visible one counts.
+            _entry("a", "n1", "c1", "r1", "Passed", day(1)),
+            _entry("b", "n1", "c1", "r2", "Failed", day(2)),
+            # n2: same creation time, the Run uid breaks the tie (as the Node summary does).
+            _entry("a", "n2", "c1", "r3", "Running", day(3)),
+            _entry("a", "n2", "c1", "r4", "Stale", day(3)),
+            _entry("a", "n3", "c1", "r5", "Unknown", day(4)),
+            _entry("b", "n4", "c2", "r6", "Passed", day(5)),
+        ],
+        checks=[RegisteredCheck("p", "c1", 0, "Pod", 1, "sha256:" + "0" * 64, 60)],
+    )
+    everyone = json.loads(index.fleet(lambda _: True, rows=10))
+    assert [item["check"]["id"] for item in everyone] == ["p/c1", "p/c2"]
+    c1, c2 = everyone
+    assert c1["check"]["registered"] is True
+    assert c2["check"]["registered"] is False
+    assert (c1["nodes"], c1["results"], c2["nodes"], c2["results"]) == (3, 5, 1, 1)
+    assert c1["counts"] == {"Passed": 0, "Failed": 1, "Running": 0, "Unknown": 1, "Stale": 1}
+    assert [(r["id"].split("~")[1], r["state"]) for r in c1["rows"]] == [
+        ("n1", "Failed"),
+        ("n3", "Unknown"),
+        ("n2", "Stale"),
+    ]
+    only_a = json.loads(index.fleet({"a"}.__contains__, rows=2))
+    assert [item["check"]["id"] for item in only_a] == ["p/c1"], "a check type seen only in b is not hinted"
+    (a1,) = only_a
+    assert (a1["nodes"], a1["results"]) == (3, 4)
+    assert a1["counts"] == {"Passed": 1, "Failed": 0, "Running": 0, "Unknown": 1, "Stale": 1}
+    assert [r["state"] for r in a1["rows"]] == ["Unknown", "Stale"], "rows are capped, worst first"
+    nobody = json.loads(index.fleet(lambda _: False, rows=10))
+    assert nobody == [
+        {
+            "check": index.checks[0].to_json(),
+            "nodes": 0,
+            "results": 0,
+            "counts": {s.value: 0 for s in State},
+            "rows": [],
+        }
+    ]
+    assert index.fleet({"a"}.__contains__, rows=2) is index.fleet({"a"}.__contains__, rows=2), "cached"
+
+
+async def test_fleet_over_http(client: TestClient[Any, Any]) -> None:
+    root = await (await client.get("/api/v1/fleet", headers=_auth("root"))).json()
+    (item,) = root["items"]
+    assert item["check"]["id"] == "gpu-basic/inventory"
+    assert item["results"] == 4
+    assert item["nodes"] == 2
+    assert item["counts"]["Failed"] == 1, "r2 (team-b) failed gpu-000, its newest result"
+    assert item["rows"][0]["target"]["name"] == "gpu-000"
+    assert item["rows"][0]["state"] == "Failed"
+    assert all("details" not in row for row in item["rows"])
+    alice = await (await client.get("/api/v1/fleet?rows=0", headers=_auth("alice"))).json()
+    assert alice["items"][0]["counts"]["Failed"] == 0
+    assert alice["items"][0]["results"] == 2
+    assert alice["items"][0]["rows"] == []
+    for query in ("rows=-1", "rows=1001", "rows=x", "rows="):
+        answer = await client.get(f"/api/v1/fleet?{query}", headers=_auth("root"))
+        assert answer.status == 400, query
+    assert (await client.get("/api/v1/fleet")).status == 401
