@@ -14,6 +14,7 @@ import yaml
 from localcluster import identities
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import KubeClient, Obj, resource_path
+from localcluster.rbac import rbac_in_effect
 from shared.digests import bundle_digest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,13 +33,13 @@ PLURALS = {
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
-async def apply_file(admin: KubeClient, name: str, namespace: str) -> None:
+async def apply_file(admin: KubeClient, name: str, namespace: str) -> list[Obj]:
     """Server-side apply every document of deploy/base/<name> into ``namespace``
-    (bindings outside it get a per-namespace name so namespaces do not collide)."""
+    (bindings outside it get a per-namespace name so namespaces do not collide); returns
+    them as applied."""
     text = (DEPLOY / name).read_text().replace(f"namespace: {DEFAULT_NAMESPACE}", f"namespace: {namespace}")
-    for doc in yaml.safe_load_all(text):
-        if not doc:
-            continue
+    docs = [doc for doc in yaml.safe_load_all(text) if doc]
+    for doc in docs:
         elsewhere = doc["metadata"].get("namespace") == "default" and namespace != "default"
         foreign = doc["kind"] == "ClusterRoleBinding" or (doc["kind"] == "RoleBinding" and elsewhere)
         if foreign and namespace != DEFAULT_NAMESPACE:
@@ -50,6 +51,7 @@ async def apply_file(admin: KubeClient, name: str, namespace: str) -> None:
             doc["apiVersion"], PLURALS[doc["kind"]], doc["metadata"].get("namespace") if scoped else None
         )
         await admin.apply(f"{path}/{doc['metadata']['name']}", doc)
+    return docs
 
 
 async def install(admin: KubeClient, namespace: str) -> None:
@@ -65,8 +67,10 @@ async def install(admin: KubeClient, namespace: str) -> None:
     )
     if namespace == DEFAULT_NAMESPACE:  # the policy's binding selects signal-system by name
         names = (*names, "adapter-admission-policy.yaml")
+    applied: list[Obj] = []
     for name in (*names, "adapter-workflowtemplate.yaml"):
-        await apply_file(admin, name, namespace)
+        applied += await apply_file(admin, name, namespace)
+    await rbac_in_effect(admin, applied)
 
 
 async def source_config_map(admin: KubeClient, namespace: str, name: str, scripts: Path) -> str:

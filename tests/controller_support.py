@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
+from localcluster.install import apply_file
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.rbac import rbac_in_effect
 from shared import keys
 from shared.digests import bundle_digest
 
@@ -27,72 +27,14 @@ API = keys.API_VERSION
 SCRIPTS = {"inventory.sh": "#!/bin/sh\necho gpus=8\n", "nccl.sh": "#!/bin/sh\nexit 0\n"}
 
 
-def _plural(kind: str) -> str:
-    return {
-        "ServiceAccount": "serviceaccounts",
-        "ClusterRole": "clusterroles",
-        "ClusterRoleBinding": "clusterrolebindings",
-        "Role": "roles",
-        "RoleBinding": "rolebindings",
-    }[kind]
-
-
 async def install_rbac(admin: KubeClient, namespace: str, file: str = "controller-rbac.yaml") -> None:
-    """Apply a deploy/ RBAC file into ``namespace`` (bindings outside it get a per-namespace
-    name); the controller's also brings deploy/node-events (Events about Nodes)."""
+    """Apply a deploy/ RBAC file into ``namespace`` as the demo's install does (bindings outside
+    it get a per-namespace name) and wait until it takes effect; the controller's also brings
+    deploy/node-events (Events about Nodes)."""
+    docs = await apply_file(admin, file, namespace)
     if file == "controller-rbac.yaml":
-        await install_rbac(admin, namespace, "../node-events/rbac.yaml")
-    text = (REPO / "deploy" / "base" / file).read_text().replace("namespace: signal-system", f"namespace: {namespace}")
-    docs = list(yaml.safe_load_all(text))
-    for doc in docs:
-        api = doc["apiVersion"]
-        if doc["kind"] == "ClusterRoleBinding" or (
-            doc["kind"] == "RoleBinding" and doc["metadata"]["namespace"] == "default"
-        ):
-            doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
-        ns = doc["metadata"].get("namespace")
-        await admin.apply(resource_path(api, _plural(doc["kind"]), ns, doc["metadata"]["name"]), doc)
+        docs += await apply_file(admin, "../node-events/rbac.yaml", namespace)
     await rbac_in_effect(admin, docs)
-
-
-async def rbac_in_effect(admin: KubeClient, docs: Sequence[Obj], timeout: float = 20.0) -> None:
-    """Wait until the API server authorizes what each binding in ``docs`` grants (the first
-    rule of its Role, for each ServiceAccount or User subject): RBAC reaches the authorizer through
-    informers, so a process started right after the apply could otherwise meet a 403."""
-    roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in {"Role", "ClusterRole"}}
-    for binding in (d for d in docs if d["kind"] in {"RoleBinding", "ClusterRoleBinding"}):
-        role = roles.get((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
-        if role is None or not role.get("rules"):
-            continue
-        rule = role["rules"][0]
-        resource, _, subresource = rule["resources"][0].partition("/")
-        attributes = {"verb": rule["verbs"][0], "group": rule["apiGroups"][0], "resource": resource}
-        if subresource:
-            attributes["subresource"] = subresource
-        if rule.get("resourceNames"):
-            attributes["name"] = rule["resourceNames"][0]
-        if binding["kind"] == "RoleBinding":
-            attributes["namespace"] = binding["metadata"]["namespace"]
-        for subject in binding.get("subjects", []):
-            if subject["kind"] == "ServiceAccount":
-                sa_ns = subject["namespace"]
-                user = f"system:serviceaccount:{sa_ns}:{subject['name']}"
-                groups = ["system:serviceaccounts", f"system:serviceaccounts:{sa_ns}", "system:authenticated"]
-            elif subject["kind"] == "User":
-                user, groups = subject["name"], ["system:authenticated"]
-            else:
-                continue
-            review = {
-                "apiVersion": "authorization.k8s.io/v1",
-                "kind": "SubjectAccessReview",
-                "spec": {"user": user, "groups": groups, "resourceAttributes": attributes},
-            }
-
-            async def allowed(review: Obj = review) -> bool:
-                answer = await admin.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
-                return bool(answer.get("status", {}).get("allowed"))
-
-            await eventually(allowed, timeout=timeout, what=f"{binding['metadata']['name']} to take effect")
 
 
 @dataclass

@@ -29,6 +29,7 @@ from adapter.workloads import backend_pod, mpijob
 from localcluster.binaries import kplane_binary
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.rbac import rbac_in_effect
 from shared.profile import Check
 from shared.run import Participant
 
@@ -113,6 +114,7 @@ async def apply_all(admin: KubeClient, docs: list[Obj]) -> None:
 
     for doc in sorted(docs, key=rank):
         await admin.apply(object_path(doc), doc, manager="signal-localcluster")
+    await rbac_in_effect(admin, docs)
 
 
 async def dry_run_pod(admin: KubeClient, namespace: str, name: str, spec: Obj, labels: dict[str, str] | None) -> Obj:

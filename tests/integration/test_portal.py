@@ -36,12 +36,13 @@ from localcluster.cluster import LocalCluster
 from localcluster.controlplane import free_port
 from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, resource_path
+from localcluster.rbac import rbac_in_effect
 from shared import keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.digests import bundle_digest
 from shared.evidence import EVIDENCE_KEY, SCHEMA_ANNOTATION, decode_document, encode
 from tests import evidence_builders as eb
-from tests.controller_support import REPO, eventually, install_rbac, rbac_in_effect
+from tests.controller_support import REPO, eventually, install_rbac
 from tests.unit.test_envelope_builders import evidence
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
