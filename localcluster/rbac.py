@@ -15,15 +15,15 @@ BINDING_KINDS = {"RoleBinding", "ClusterRoleBinding"}
 
 def probes(docs: Iterable[Obj]) -> list[Obj]:
     """One SubjectAccessReview spec per (binding, ServiceAccount or User subject): the first
-    rule of the bound Role, when that Role is among ``docs``. Pure."""
+    resource rule of the bound Role, when that Role is among ``docs``. Pure."""
     docs = [d for d in docs if d]
     roles = {(d["kind"], d["metadata"]["name"]): d for d in docs if d["kind"] in ROLE_KINDS}
     specs: list[Obj] = []
     for binding in (d for d in docs if d["kind"] in BINDING_KINDS):
-        role = roles.get((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
-        if role is None or not role.get("rules"):
+        role = roles.get((binding["roleRef"]["kind"], binding["roleRef"]["name"])) or {}
+        rule = next((r for r in role.get("rules") or [] if r.get("resources")), None)
+        if rule is None:  # the Role is elsewhere, or grants only non-resource URLs
             continue
-        rule = role["rules"][0]
         resource, _, subresource = rule["resources"][0].partition("/")
         attributes = {"verb": rule["verbs"][0], "group": rule["apiGroups"][0], "resource": resource}
         if subresource:

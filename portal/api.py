@@ -1,8 +1,7 @@
 """The portal's HTTP API (aiohttp): /api/v1 (checks, the fleet view, results, one result,
-one Node),
-/api/v1/openapi.json, /healthz, /readyz, /metrics; and the dashboard (portal/dashboard.py) at
-``/``. Read-only: handlers only read the current index snapshot (portal/index.py) and ask the
-authorizer which workspaces the caller sees.
+one Node), /api/v1/openapi.json, /healthz, /readyz, /metrics; and the dashboard
+(portal/dashboard.py) at ``/``. Read-only: handlers only read the current index snapshot
+(portal/index.py) and ask the authorizer which workspaces the caller sees.
 
 A result in a workspace the caller may not see answers exactly like one that does not exist
 (404, the same message), and listings never count or hint at invisible results.

@@ -62,9 +62,11 @@ def test_a_cluster_binding_probes_cluster_wide_with_subresources_and_users() -> 
     }
 
 
-def test_bindings_to_roles_elsewhere_or_without_rules_are_not_probed() -> None:
+def test_bindings_to_roles_elsewhere_or_without_resource_rules_are_not_probed() -> None:
     docs = [
         _role("Role", "empty", [], "ns1"),
+        _role("ClusterRole", "urls", [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]),
+        _binding("ClusterRoleBinding", "ClusterRole", "urls", [SA]),
         _binding("RoleBinding", "Role", "empty", [SA], "ns1"),
         _binding("RoleBinding", "Role", "not-here", [SA], "ns1"),
         _binding("RoleBinding", "ClusterRole", "empty", [SA], "ns1"),
