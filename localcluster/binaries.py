@@ -22,13 +22,7 @@ def kplane_binary(*, show_progress: bool = False) -> Path:
         if not os.access(path, os.X_OK):
             raise BuildError(f"SIGNAL_KPLANE_BINARY={override} is not an executable file")
         return path
-    result = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise BuildError(
-            f"building the local control plane failed (exit {result.returncode}); "
-            f"run {BUILD_SCRIPT} to see why:\n{(result.stderr or '')[-4000:]}"
-        )
-    return Path(result.stdout.strip().splitlines()[-1])
+    return _build(BUILD_SCRIPT, "the local control plane", show_progress)
 
 
 def argo_build_dir() -> Path:
@@ -41,13 +35,7 @@ def argo_build_dir() -> Path:
         if not all(os.access(path / tool, os.X_OK) for tool in ("workflow-controller", "argoexec")):
             raise BuildError(f"SIGNAL_ARGO_BUILD={override} does not hold workflow-controller and argoexec")
         return path
-    result = subprocess.run(["bash", str(ARGO_BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise BuildError(
-            f"building Argo Workflows failed (exit {result.returncode}); "
-            f"run {ARGO_BUILD_SCRIPT} to see why:\n{(result.stderr or '')[-4000:]}"
-        )
-    return Path(result.stdout.strip().splitlines()[-1])
+    return _build(ARGO_BUILD_SCRIPT, "Argo Workflows")
 
 
 def upstream_crds_dir() -> Path:
@@ -60,3 +48,14 @@ def upstream_crds_dir() -> Path:
             "holding the Argo Workflows (full/) and MPI operator CRD YAML files"
         )
     return path
+
+
+def _build(script: Path, what: str, show_progress: bool = False) -> Path:
+    """Run a cached build script; its last line of output is the path of what it built. Its
+    messages (stderr) pass through to this process's stderr with ``show_progress``."""
+    stderr = None if show_progress else subprocess.PIPE
+    result = subprocess.run(["bash", str(script)], stdout=subprocess.PIPE, stderr=stderr, text=True, check=False)
+    if result.returncode != 0:
+        seen = "see its messages above" if show_progress else f"run {script} to see why"
+        raise BuildError(f"building {what} failed (exit {result.returncode}); {seen}:\n{(result.stderr or '')[-4000:]}")
+    return Path(result.stdout.strip().splitlines()[-1])

@@ -98,13 +98,19 @@ class ControllerProcess:
         return self.process.returncode
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
+
+
+def stop_process(process: "subprocess.Popen[bytes] | None", grace: float = 10.0) -> None:
+    """SIGTERM a service process, then SIGKILL it if it has not exited within ``grace`` seconds."""
+    if process is None or process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def profile_body(

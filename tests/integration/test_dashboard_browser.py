@@ -62,13 +62,6 @@ async def browser() -> AsyncIterator[Browser]:
 
 
 @pytest.fixture
-async def lab(cluster: LocalCluster, admin: KubeClient) -> AsyncIterator[Lab]:
-    made = Lab(cluster, admin)
-    yield made
-    await made.close()
-
-
-@pytest.fixture
 def artifacts(request: pytest.FixtureRequest) -> Path:
     folder = ARTIFACTS / re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)
     shutil.rmtree(folder, ignore_errors=True)

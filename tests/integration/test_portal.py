@@ -11,10 +11,8 @@ import asyncio
 import base64
 import contextlib
 import os
-import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -42,7 +40,8 @@ from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.digests import bundle_digest
 from shared.evidence import EVIDENCE_KEY, SCHEMA_ANNOTATION, decode_document, encode
 from tests import evidence_builders as eb
-from tests.controller_support import REPO, eventually, install_rbac
+from tests.controller_support import REPO, eventually, install_rbac, stop_process
+from tests.run_builders import run_body
 from tests.unit.test_envelope_builders import evidence
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -86,13 +85,7 @@ class Portal:
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in self.workdir.glob("portal-*.log"))
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
     async def get(self, path: str, token: str | None = None, **params: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -151,25 +144,8 @@ class Lab:
         return await self.cluster.add_nodes([SimNode(f"{prefix}-{i}") for i in range(count)])
 
     async def run(self, namespace: str, profile: str, nodes: list[Obj], checks: int = 1) -> Obj:
-        name = f"r-{uuid.uuid4().hex[:8]}"
-        body = {
-            "apiVersion": API,
-            "kind": keys.RUN_KIND,
-            "metadata": {"name": name, "namespace": namespace, "labels": {keys.PROFILE_LABEL: profile}},
-            "spec": {
-                "profile": {"name": profile, "uid": str(uuid.uuid4()), "generation": 1},
-                "checks": [
-                    {"name": f"check-{i}", "scriptKey": "s.sh", "backend": "Pod", "backendActiveDeadline": "1m"}
-                    for i in range(checks)
-                ],
-                "source": {"digest": bundle_digest(SCRIPTS, {}), "snapshotConfigMap": f"{name}-scripts"},
-                "participants": [
-                    {"index": i, "nodeName": n["metadata"]["name"], "nodeUID": n["metadata"]["uid"]}
-                    for i, n in enumerate(nodes)
-                ],
-                "suiteDeadlineSeconds": 600,
-            },
-        }
+        body = run_body(namespace, nodes, profile, checks)
+        name = body["metadata"]["name"]
         await self.admin.create(resource_path(API, keys.RUN_PLURAL, namespace), body)
         status = {"status": {"phase": "Running", "startTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}}
         return await self.admin.merge_patch(resource_path(API, keys.RUN_PLURAL, namespace, name, "status"), status)
@@ -220,13 +196,6 @@ class Lab:
         for name in self.profiles:
             with contextlib.suppress(Exception):
                 await self.admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=name))
-
-
-@pytest.fixture
-async def lab(cluster: LocalCluster, admin: KubeClient) -> AsyncIterator[Lab]:
-    made = Lab(cluster, admin)
-    yield made
-    await made.close()
 
 
 @pytest.fixture
