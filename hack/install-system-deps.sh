@@ -9,6 +9,10 @@ command -v openssl >/dev/null || packages+=(openssl)
 command -v mpirun >/dev/null || packages+=(openmpi-bin)
 # The dashboard's browser test drives Debian's Chromium with Playwright.
 [[ -x /usr/bin/chromium ]] || packages+=(chromium)
+# Container images (localcluster/images/build.sh): buildah builds the Dockerfiles (chroot
+# isolation, vfs storage) on a Debian base that mmdebstrap makes from Debian's packages.
+command -v buildah >/dev/null || packages+=(buildah)
+command -v mmdebstrap >/dev/null || packages+=(mmdebstrap)
 if ((${#packages[@]})); then
   echo "installing Debian packages: ${packages[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then
