@@ -13,6 +13,13 @@ command -v mpirun >/dev/null || packages+=(openmpi-bin)
 # isolation, vfs storage) on a Debian base that mmdebstrap makes from Debian's packages.
 command -v buildah >/dev/null || packages+=(buildah)
 command -v mmdebstrap >/dev/null || packages+=(mmdebstrap)
+# Real nodes (localcluster/realnode): one containerd + runc per node, the CNI bridge and
+# host-local plugins, iptables for kube-proxy, iproute2 for the nodes' network namespaces.
+command -v containerd >/dev/null || packages+=(containerd)
+command -v runc >/dev/null || packages+=(runc)
+[[ -x /usr/lib/cni/bridge ]] || packages+=(containernetworking-plugins)
+command -v iptables >/dev/null || packages+=(iptables)
+command -v ip >/dev/null || packages+=(iproute2)
 if ((${#packages[@]})); then
   echo "installing Debian packages: ${packages[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then
