@@ -31,7 +31,7 @@ from pathlib import Path
 import structlog
 import yaml
 
-from localcluster import podprocess
+from localcluster import podprocess, procs
 from localcluster.controlplane import Component, ControlPlane, kubeconfig_text
 from localcluster.fleet import SIMULATED_LABEL, SimNode
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
@@ -142,12 +142,11 @@ class ArgoController:
 
     def _launch(self, component: Component, env: dict[str, str]) -> "subprocess.Popen[bytes]":
         with component.log_path.open("ab") as handle:
-            return subprocess.Popen(
+            return procs.popen(
                 [str(self.build_dir / "workflow-controller"), *component.args],
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 env=env,
-                start_new_session=True,
             )
 
     async def _wait_started(self, timeout: float = 30.0) -> None:

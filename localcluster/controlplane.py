@@ -22,6 +22,7 @@ from types import TracebackType
 import httpx
 import structlog
 
+from localcluster import procs
 from localcluster.binaries import kplane_binary
 
 log = structlog.get_logger("localcluster")
@@ -60,15 +61,10 @@ class Component:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self, binary: Path, env: dict[str, str]) -> None:
-        handle = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [str(binary), self.name, *self.args],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        handle.close()
+        with self.log_path.open("ab") as handle:
+            self.process = procs.popen(
+                [str(binary), self.name, *self.args], stdout=handle, stderr=subprocess.STDOUT, env=env
+            )
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -107,6 +103,7 @@ class ControlPlane:
     _binary: Path = field(default=Path(), repr=False)
     _env: dict[str, str] = field(default_factory=dict, repr=False)
     _began: float = field(default=0.0, repr=False)
+    _record: procs.RunRecord | None = field(default=None, repr=False)
 
     @property
     def server(self) -> str:
@@ -145,6 +142,9 @@ class ControlPlane:
         self._binary = binary = self.binary or kplane_binary()
         self._began = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self._record is None:
+            # Cleans up what killed runs left behind, and watches this one (localcluster/procs.py).
+            self._record = procs.RunRecord.open(self.workdir, self.keep_workdir)
         (self.workdir / "certs").mkdir(exist_ok=True)
         env = self._env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
         self._write_credentials()
@@ -304,6 +304,9 @@ class ControlPlane:
             component.stop()
         if not self.keep_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+        if self._record is not None:
+            self._record.close()
+            self._record = None
 
 
 def kubeconfig_text(server: str, ca_file: Path, token: str, namespace: str = "default") -> str:

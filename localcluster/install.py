@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from localcluster import identities
+from localcluster import identities, procs
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import KubeClient, Obj, resource_path
 from localcluster.rbac import rbac_in_effect
@@ -100,8 +100,8 @@ async def start_portal(
     argv = [str(Path(sys.executable).parent / "signal-portal"), "--kubeconfig", str(config)]
     argv += ["--namespace", namespace, "--port", str(port), "--host", "127.0.0.1", "--auth", auth, "--resync", "2"]
     with (workdir / "portal.log").open("ab") as log:
-        # A long-lived child that outlives this call: Popen, not an awaited asyncio process.
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))  # noqa: ASYNC220
+        # A long-lived child that outlives this call (not an awaited asyncio process); it dies with this process.
+        return procs.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
 
 
 async def start_controller(
@@ -135,7 +135,7 @@ async def start_controller(
         "json",
     ]
     try:
-        # A long-lived child that outlives this call: Popen, not an awaited asyncio process.
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))  # noqa: ASYNC220
+        # A long-lived child that outlives this call (not an awaited asyncio process); it dies with this process.
+        return procs.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
     finally:
         log.close()
