@@ -67,3 +67,13 @@ ARGO_INSTANCE_LABEL: Final = "workflows.argoproj.io/controller-instanceid"
 def certified_label(profile_name: str) -> str:
     """The Node label that carries the latest result of ``profile_name``."""
     return f"{CERTIFIED_LABEL_PREFIX}{profile_name}"
+
+
+# The runner image's user and its SSH set-up for MPIJob checks on a real cluster, shared by
+# the adapter (the MPIJob's sshAuthMountPath, the launcher's ssh port) and the runner image
+# (Dockerfile.runner writes the sshd and ssh client configurations to match).
+RUNNER_UID: Final = 65532
+RUNNER_HOME: Final = "/home/signal"
+RUNNER_SSH_DIR: Final = f"{RUNNER_HOME}/.ssh"
+# Non-root sshd listens above 1024; the launcher's ssh client (OpenMPI's rsh agent) uses it.
+SSHD_PORT: Final = 2222

@@ -8,7 +8,7 @@ bad profile is rejected by the API server and, again, by ``parse_profile``. Pure
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from shared import keys
 from shared.durations import DURATION_PATTERN
@@ -28,6 +28,9 @@ from shared.meta import (
 MAX_PARTICIPANTS = 64
 MAX_CHECKS = 32
 MAX_GPUS = 8
+DEFAULT_FRESHNESS = "168h"
+"""How old a Pass may be before the portal shows it Stale, for a profile with neither
+``freshness`` nor ``recurrence`` (7 days)."""
 ALLOWED_CAPABILITIES = ("IPC_LOCK", "SYS_NICE", "SYS_RESOURCE")
 _POSITIVE_DURATION = {"rule": "duration(self) > duration('0s')", "message": "must be positive"}
 
@@ -41,6 +44,17 @@ Duration = Annotated[
 ]
 Backend = Literal["Pod", "MPIJob"]
 Capability = Literal["IPC_LOCK", "SYS_NICE", "SYS_RESOURCE"]
+MAX_TOLERATIONS = 8
+MAX_RANKS = 64
+"""Ranks of one MPI world the launcher can report in its bounded result (shared/result.py)."""
+MpiScope = Literal["perNode", "crossNode"]
+# Taints a check may never tolerate: Signal's own (its workloads tolerate exactly their Run's
+# cordon, nothing else of Signal's) and the Node lifecycle taints (not-ready, unreachable,
+# unschedulable, pressure...), which say the Node is unfit or cordoned by someone else.
+FORBIDDEN_TOLERATION_PREFIXES = (f"{keys.GROUP}/", "node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+_TAINT_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 class SourceRef(WireModel):
@@ -103,6 +117,64 @@ ExtendedResources = Annotated[
 ]
 
 
+class Toleration(WireModel):
+    """One taint of the Nodes' own (e.g. ``nvidia.com/gpu:NoSchedule``) that the check's
+    backend Pods tolerate. Always a named key: no wildcard toleration, no
+    ``tolerationSeconds``, never Signal's own taints nor the Node lifecycle taints
+    (``node.kubernetes.io/...``)."""
+
+    key: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=317,
+            pattern=_TAINT_KEY_PATTERN,
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    {
+                        "rule": " && ".join(f"!self.startsWith('{p}')" for p in FORBIDDEN_TOLERATION_PREFIXES),
+                        "message": "Signal's own taints (projectsignal.dev/) and the Node lifecycle taints "
+                        "(node.kubernetes.io/, node.cloudprovider.kubernetes.io/) may not be tolerated",
+                    }
+                ]
+            },
+        ),
+    ]
+    """Taint key, e.g. ``nvidia.com/gpu``."""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    """``Equal`` (the taint's value must be ``value``) or ``Exists`` (any value)."""
+    value: Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")] = ""
+    """Taint value for ``Equal``; must be empty for ``Exists``."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    """The taint's effect (required: a toleration covers exactly one effect)."""
+
+    @model_validator(mode="after")
+    def _valid(self) -> "Toleration":
+        if self.key.startswith(FORBIDDEN_TOLERATION_PREFIXES):
+            raise ValueError(
+                f"toleration {self.key!r}: Signal's own taints and the Node lifecycle taints may not be tolerated"
+            )
+        if self.operator == "Exists" and self.value:
+            raise ValueError(f"toleration {self.key!r}: operator Exists takes no value")
+        return self
+
+
+Tolerations = Annotated[
+    list[Toleration],
+    Field(
+        max_length=MAX_TOLERATIONS,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.all(t, t.operator != 'Exists' || !has(t.value) || t.value == '')",
+                    "message": "a toleration with operator Exists takes no value",
+                }
+            ]
+        },
+    ),
+]
+
+
 class WorkloadPolicy(WireModel):
     """The constrained part of a backend Pod an operator may shape. Nothing else."""
 
@@ -117,7 +189,13 @@ class WorkloadPolicy(WireModel):
     capabilities: Annotated[list[Capability], Field(max_length=len(ALLOWED_CAPABILITIES))] = Field(default_factory=list)
     """Linux capabilities to add, from a fixed allow-list."""
     kueue_queue_name: DnsSubdomain | None = None
-    """Kueue LocalQueue name, set as the ``kueue.x-k8s.io/queue-name`` label."""
+    """Kueue LocalQueue name, set as the ``kueue.x-k8s.io/queue-name`` label. Such Pods are
+    placed by required node affinity (never ``nodeName``), so Kueue can gate them."""
+    tolerations: Tolerations = Field(default_factory=list)
+    """Taints of the Nodes' own that the backend Pods tolerate (at most 8), e.g.
+    ``{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}``. Eligibility excludes
+    a Node with a NoSchedule or NoExecute taint that neither these nor Signal's cordon
+    tolerate."""
 
     @field_validator("extended_resources")
     @classmethod
@@ -130,8 +208,33 @@ class WorkloadPolicy(WireModel):
         return value
 
 
+class MpiSpec(WireModel):
+    """The MPI world of an MPIJob check."""
+
+    scope: MpiScope = "perNode"
+    """``perNode``: a launcher/worker pair per participant, a local world of
+    ``slotsPerWorker`` ranks on that one Node; each participant's verdict comes from its own
+    launcher. ``crossNode``: one MPIJob, one world across all participants (e.g. NCCL over
+    InfiniBand), ``slotsPerWorker`` ranks on each Node."""
+    slots_per_worker: Annotated[int, Field(ge=1, le=MAX_GPUS)] = 1
+    """MPI ranks per Node (1..8, at most ``gpuCount`` when the check requests GPUs)."""
+
+
 class Check(WireModel):
     """One ordered check of a suite."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": "!has(self.mpi) || self.backend == 'MPIJob'", "message": "mpi is only for the MPIJob backend"},
+                {
+                    "rule": "!has(self.mpi) || !has(self.mpi.slotsPerWorker) || self.mpi.slotsPerWorker <= "
+                    "(has(self.gpuCount) && self.gpuCount > 0 ? self.gpuCount : 1)",
+                    "message": "mpi.slotsPerWorker may not exceed gpuCount (1 when the check requests no GPU)",
+                },
+            ]
+        }
+    )
 
     name: DnsLabel
     """Unique name of the check within the profile."""
@@ -145,6 +248,29 @@ class Check(WireModel):
     """Deadline of the check's backend workloads, e.g. ``10m``."""
     workload: WorkloadPolicy = Field(default_factory=WorkloadPolicy)
     """Constrained workload policy."""
+    mpi: MpiSpec | None = None
+    """MPIJob checks only: the world's scope and ranks per Node (default: perNode, 1 rank)."""
+
+    @model_validator(mode="after")
+    def _mpi_fits(self) -> "Check":
+        if self.mpi is None:
+            return self
+        if self.backend != "MPIJob":
+            raise ValueError(f"check {self.name!r}: mpi is only for the MPIJob backend")
+        if self.mpi.slots_per_worker > max(1, self.gpu_count):
+            raise ValueError(
+                f"check {self.name!r}: mpi.slotsPerWorker {self.mpi.slots_per_worker} exceeds gpuCount "
+                f"{self.gpu_count} (one rank per GPU at most)"
+            )
+        return self
+
+    @property
+    def mpi_scope(self) -> MpiScope:
+        return self.mpi.scope if self.mpi is not None else "perNode"
+
+    @property
+    def slots_per_worker(self) -> int:
+        return self.mpi.slots_per_worker if self.mpi is not None else 1
 
 
 Checks = Annotated[
@@ -188,6 +314,19 @@ class Retention(WireModel):
 class ProfileSpec(WireModel):
     """What an operator asks Signal to certify, and how."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.checks.all(c, !has(c.mpi) || !has(c.mpi.scope) || c.mpi.scope != 'crossNode' || "
+                    f"(has(c.mpi.slotsPerWorker) ? c.mpi.slotsPerWorker : 1) * self.participants.count <= {MAX_RANKS})",
+                    "message": "a crossNode MPI world (participants x slotsPerWorker) may have at most "
+                    f"{MAX_RANKS} ranks",
+                }
+            ]
+        }
+    )
+
     source: SourceRef
     participants: Participants
     checks: Checks
@@ -196,6 +335,9 @@ class ProfileSpec(WireModel):
     """Time added to the sum of check deadlines to form the suite deadline."""
     failure_domain_budget: FailureDomainBudget | None = None
     recurrence: Recurrence | None = None
+    freshness: Duration | None = None
+    """How old a Pass may be before the portal shows it Stale; default: ``recurrence.interval``,
+    else DEFAULT_FRESHNESS (168h)."""
     retries: Retries = Field(default_factory=Retries)
     retention: Retention = Field(default_factory=Retention)
 
@@ -207,6 +349,17 @@ class ProfileSpec(WireModel):
         if duplicates:
             raise ValueError(f"duplicate check names: {', '.join(duplicates)}")
         return value
+
+    @model_validator(mode="after")
+    def _bounded_mpi_worlds(self) -> "ProfileSpec":
+        for check in self.checks:
+            ranks = self.participants.count * check.slots_per_worker
+            if check.mpi_scope == "crossNode" and check.backend == "MPIJob" and ranks > MAX_RANKS:
+                raise ValueError(
+                    f"check {check.name!r}: a crossNode world of {self.participants.count} Nodes x "
+                    f"{check.slots_per_worker} slots is {ranks} ranks; at most {MAX_RANKS}"
+                )
+        return self
 
 
 class ProfileStatus(WireModel):

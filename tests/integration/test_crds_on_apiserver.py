@@ -153,6 +153,37 @@ BAD_PROFILES: list[Any] = [
         "spec.checks[0].workload.extendedResources",
         id="gpu-as-extended-resource",
     ),
+    pytest.param(
+        ProfileBuilder("bad-tol").edit_check(
+            0, workload={"tolerations": [{"key": "projectsignal.dev/reserved", "effect": "NoSchedule"}]}
+        ),
+        "spec.checks[0].workload.tolerations[0].key",
+        id="tolerating-signals-own-cordon",
+    ),
+    pytest.param(
+        ProfileBuilder("bad-tols").edit_check(
+            0, workload={"tolerations": [{"key": "a.io/b", "effect": "NoSchedule"}] * 9}
+        ),
+        "spec.checks[0].workload.tolerations",
+        id="nine-tolerations",
+    ),
+    pytest.param(
+        ProfileBuilder("bad-mpi-pod").edit_check(0, mpi={"scope": "perNode"}),
+        "mpi is only for the MPIJob backend",
+        id="mpi-on-a-pod-check",
+    ),
+    pytest.param(
+        ProfileBuilder("bad-slots").edit_check(0, backend="MPIJob", gpuCount=4, mpi={"slotsPerWorker": 8}),
+        "slotsPerWorker may not exceed gpuCount",
+        id="more-slots-than-gpus",
+    ),
+    pytest.param(
+        ProfileBuilder("bad-world")
+        .count(16)
+        .edit_check(0, backend="MPIJob", mpi={"scope": "crossNode", "slotsPerWorker": 8}),
+        "at most 64 ranks",
+        id="crossnode-world-over-64-ranks",
+    ),
     pytest.param(ProfileBuilder("x" * 64), "metadata.name", id="name-longer-than-a-dns-label"),
 ]
 

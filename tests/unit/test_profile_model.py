@@ -66,6 +66,56 @@ BAD: list[Any] = [
         "checks",
         id="33-checks",
     ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(
+            0, workload={"tolerations": [{"key": "projectsignal.dev/reserved", "effect": "NoSchedule"}]}
+        ),
+        "Signal's own taints",
+        id="tolerating-signals-own-cordon",
+    ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(
+            0, workload={"tolerations": [{"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}]}
+        ),
+        "Node lifecycle taints",
+        id="tolerating-a-node-lifecycle-taint",
+    ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(0, workload={"tolerations": [{"operator": "Exists", "effect": "NoSchedule"}]}),
+        "key",
+        id="wildcard-toleration-without-key",
+    ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(0, workload={"tolerations": [{"key": "a.io/b", "effect": "NoSchedule"}] * 9}),
+        "tolerations",
+        id="nine-tolerations",
+    ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(
+            0, workload={"tolerations": [{"key": "a.io/b", "operator": "Exists", "value": "x", "effect": "NoSchedule"}]}
+        ),
+        "Exists takes no value",
+        id="exists-with-a-value",
+    ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(0, workload={"tolerations": [{"key": "a.io/b", "tolerationSeconds": 5}]}),
+        "effect",
+        id="toleration-without-effect",
+    ),
+    pytest.param(ProfileBuilder("p").edit_check(0, mpi={"scope": "perNode"}), "only for the MPIJob", id="mpi-on-pod"),
+    pytest.param(
+        ProfileBuilder("p").edit_check(0, backend="MPIJob", gpuCount=4, mpi={"slotsPerWorker": 8}),
+        "exceeds gpuCount",
+        id="more-slots-than-gpus",
+    ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(0, backend="MPIJob", mpi={"scope": "world"}), "scope", id="unknown-mpi-scope"
+    ),
+    pytest.param(
+        ProfileBuilder("p").count(16).edit_check(0, backend="MPIJob", mpi={"scope": "crossNode", "slotsPerWorker": 8}),
+        "at most 64",
+        id="crossnode-world-over-64-ranks",
+    ),
     pytest.param(ProfileBuilder("Not_A_Label"), "DNS label", id="profile-name-not-a-dns-label"),
     pytest.param(ProfileBuilder("x" * 64), "DNS label", id="profile-name-64-chars"),
 ]
@@ -82,3 +132,22 @@ def test_run_participants_carry_node_uids_on_the_wire() -> None:
     assert [p.node_uid for p in run.spec.participants] == ["uid-0", "uid-1", "uid-2"]
     assert run.to_wire()["spec"]["participants"][0]["nodeUID"] == "uid-0"
     assert run.status.phase == "Pending"
+
+
+def test_tolerations_and_mpi_worlds_parse_with_defaults() -> None:
+    builder = ProfileBuilder("p").edit_check(
+        0,
+        backend="MPIJob",
+        workload={"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+    )
+    builder.check("world", backend="MPIJob", gpuCount=8, mpi={"scope": "crossNode", "slotsPerWorker": 8})
+    checks = CertificationProfile.model_validate(builder.build()).spec.checks
+    assert (checks[0].mpi_scope, checks[0].slots_per_worker) == ("perNode", 1), "perNode, one rank by default"
+    assert (checks[1].mpi_scope, checks[1].slots_per_worker) == ("crossNode", 8)
+    assert checks[0].workload.tolerations[0].to_wire() == {
+        **{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        "value": "",
+    }
+    # A perNode world of 8 ranks on each of 16 Nodes is 16 worlds of 8, not one of 128.
+    many = ProfileBuilder("q").count(16).edit_check(0, backend="MPIJob", gpuCount=8, mpi={"slotsPerWorker": 8})
+    assert CertificationProfile.model_validate(many.build()).spec.checks[0].slots_per_worker == 8
