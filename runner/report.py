@@ -1,8 +1,9 @@
 """Turning what happened into one bounded RunnerResult. Pure apart from reading the
 measurements file and captured output.
 
-Verdict rules (fail closed): exit 0 is Pass, a non-zero exit is Fail; a deadline, a
-signal, a runner error, or an invalid measurements file is Inconclusive, never Pass.
+Verdict rules (fail closed): exit 0 is Pass, exit ``INCONCLUSIVE_EXIT_CODE`` (3: "my evidence is
+insufficient") is Inconclusive, any other non-zero exit is Fail; a deadline, a signal, a runner
+error, or an invalid measurements file is Inconclusive, never Pass.
 The result is shrunk (tails first, then measurements) until it fits the termination
 message's 4 KiB; if even the bare result does not fit, the runner writes nothing and the
 adapter sees no result (Inconclusive).
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from runner.execute import Outcome, summarise
 from shared.result import (
+    INCONCLUSIVE_EXIT_CODE,
     MAX_RESULT_BYTES,
     MAX_TAIL_CHARS,
     LauncherReport,
@@ -47,6 +49,11 @@ def verdict_of(outcome: Outcome) -> tuple[Verdict, str]:
         return Verdict.INCONCLUSIVE, f"Signaled: the script was killed by signal {outcome.signal}"
     if outcome.exit_code == 0:
         return Verdict.PASS, "Succeeded: the script exited 0"
+    if outcome.exit_code == INCONCLUSIVE_EXIT_CODE:
+        return (
+            Verdict.INCONCLUSIVE,
+            f"ScriptInconclusive: the script exited {INCONCLUSIVE_EXIT_CODE} (its evidence is insufficient)",
+        )
     return Verdict.FAIL, f"Failed: the script exited {outcome.exit_code}"
 
 

@@ -11,6 +11,11 @@ to the file named by ``$SIGNAL_MEASUREMENTS_FILE``: at most ``MAX_MEASUREMENTS``
 names matching ``MEASUREMENT_NAME_PATTERN``, values numbers, booleans or strings of at
 most ``MAX_MEASUREMENT_TEXT`` characters. A file that breaks these rules makes the result
 Inconclusive (never Pass).
+
+Exit-code protocol (documented for script authors): 0 is Pass; ``INCONCLUSIVE_EXIT_CODE`` (3)
+says "my evidence is insufficient" and makes the result Inconclusive (retried like any other
+Inconclusive, shown as Unknown); any other non-zero exit is Fail, which is reserved for a
+proven fault.
 """
 
 import json
@@ -28,6 +33,8 @@ from shared.meta import Digest, StrictModel
 from shared.run import Verdict
 
 RESULT_SCHEMA: Final = "projectsignal.dev/runner-result/v1"
+INCONCLUSIVE_EXIT_CODE: Final = 3
+"""A script's (or an MPI rank's) exit code for "my evidence is insufficient": Inconclusive."""
 MAX_RESULT_BYTES: Final = 4096
 MAX_MEASUREMENTS: Final = 16
 MAX_MEASUREMENT_TEXT: Final = 128

@@ -281,6 +281,8 @@ def test_read_measurements_limit_is_16_kib(tmp_path: Path) -> None:
         (Outcome(0, None, False, 0, 1), Verdict.PASS, "Succeeded"),
         (Outcome(1, None, False, 0, 1), Verdict.FAIL, "Failed: the script exited 1"),
         (Outcome(2, None, False, 0, 1), Verdict.FAIL, "Failed: the script exited 2"),
+        (Outcome(3, None, False, 0, 1), Verdict.INCONCLUSIVE, "ScriptInconclusive: the script exited 3"),
+        (Outcome(4, None, False, 0, 1), Verdict.FAIL, "Failed: the script exited 4"),
         (Outcome(127, None, False, 0, 1), Verdict.FAIL, "exited 127"),
         (Outcome(255, None, False, 0, 1), Verdict.FAIL, "exited 255"),
         (Outcome(None, 9, False, 0, 1), Verdict.INCONCLUSIVE, "Signaled: the script was killed by signal 9"),

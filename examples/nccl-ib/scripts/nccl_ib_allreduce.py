@@ -1,40 +1,37 @@
 #!/usr/bin/env python3
-"""Two Nodes, one GPU each: prove that NCCL's inter-node traffic used NET/IB (InfiniBand or
-RoCE verbs, NCCL's built-in IB transport or the IBext plugin, with or without GPUDirect RDMA)
-and not a socket fall-back, and that the bus bandwidth reaches the operator's threshold.
+"""NCCL between two or more Nodes: prove that every inter-node channel used NET/IB (InfiniBand or
+RoCE verbs, NCCL's built-in IB transport or the IBext plugin, with or without GPUDirect RDMA),
+that the run completed without errors, and that the bus bandwidth reaches the operator's
+threshold. Three answers, each saying what the log proves:
 
-Runs as a Signal MPIJob check: every rank runs this file (mounted alone, run by its ``#!``
-line with a clean environment: ``SIGNAL_RANK``, ``SIGNAL_WORLD_SIZE``, ``SIGNAL_WORKDIR``,
-``PATH``, ``NVIDIA_*``/``CUDA_*``/``NCCL_*``/``UCX_*`` and OpenMPI's own variables, so that
-the ``all_reduce_perf`` it starts joins the MPI job as the same rank). Each rank runs
-nccl-tests' ``all_reduce_perf`` with ``NCCL_DEBUG=INFO``, copies its output to stdout (so it
-reaches mpirun's output, which the launcher digests) and verifies its own log:
+* **Pass** (exit 0): every inter-node channel via NET/IB or NET/IBext, the run completed, no
+  error, bandwidth at or above the threshold;
+* **Fail** (exit 1), a proven fault: a socket fall-back, a non-IB network chosen (Libfabric/EFA,
+  TCPX, ...), mixed transports across ranks, an NCCL or CUDA error, wrong or zero results,
+  bandwidth below the threshold, the benchmark exiting non-zero;
+* **Inconclusive** (exit 3, Signal's documented "my evidence is insufficient" code), with what is
+  missing: no NCCL debug lines, no channel lines, every rank on one host, no completion summary
+  (a run cut off), no data validation, or a check that is not configured yet.
 
-* every rank: ``all_reduce_perf`` exited 0; no error (``NCCL WARN``, ``ncclSystemError`` and
-  the other NCCL error codes, ``Test NCCL failure``, ...); NCCL's ``Init COMPLETE`` for this
-  rank in a world of ``EXPECTED_WORLD_SIZE``; an IB device in use (``NET/IB : Using
-  [0]mlx5_0:1/IB``, or ``/RoCE``); at least one ``[send]`` and one ``[receive]`` channel, and
-  every channel ``via NET/IB...`` (``NET/IB``, ``NET/IBext``, ``NET/IBext_v8``, ...; one
-  rank per Node, so every peer is on another Node). ``via NET/Socket``, ``NET/Socket :
-  Using`` or ``Using network Socket`` is a socket fall-back; ``P2P``/``SHM`` channels mean
-  two ranks shared a Node;
-* rank 0 also (only rank 0 gets nccl-tests' header and summary): the header lists ranks
-  0..N-1 once each on N distinct hosts (N = ``EXPECTED_WORLD_SIZE``), its own NCCL lines come
-  from its own host; the run completed (result rows, ``# Out of bounds values : 0 OK``,
-  ``# Avg bus bandwidth : X``, no row with a wrong element); and the bus bandwidth
-  (``BUSBW_METRIC``) is at least ``MIN_BUSBW_GBPS``.
+A fault outweighs missing evidence; Pass needs both no fault and nothing missing.
 
-A rank exits 0 only when its verification passes (1: failed; 2: not configured or not run as
-an MPI rank), so the launcher proves a failure on the Node whose rank saw it. Rank 0 writes
-its measurements to ``$SIGNAL_MEASUREMENTS_FILE`` when the runner provides one, and every
-rank prints one ``NCCL-IB-CHECK {json}`` line with its verdict, reasons and measurements.
+Runs as a Signal MPIJob check: every rank runs this file (mounted alone, run by its ``#!`` line
+with a clean environment: ``SIGNAL_RANK``, ``SIGNAL_WORLD_SIZE``, ``SIGNAL_WORKDIR``, ``PATH``,
+``NVIDIA_*``/``CUDA_*``/``NCCL_*``/``UCX_*`` and OpenMPI's own variables), starts nccl-tests
+(``BENCHMARK``: ``all_reduce_perf`` or another collective such as ``sendrecv_perf``) with
+``NCCL_DEBUG=INFO``, copies its output to stdout and verifies its own log; rank 0 (the only
+rank with nccl-tests' header and summary) also verifies the whole run. Any number of GPUs per
+Node works: intra-node P2P/SHM/NVLS channels are fine when the inter-node ones are IB.
+
+The same verification reads a log an operator captured: ``nccl_ib_allreduce.py --verify FILE``
+accepts one rank's output or the launcher's combined ``mpirun`` output (all ranks' lines in one
+log, with or without ``--tag-output`` prefixes), prints one ``NCCL-IB-CHECK {json}`` line and
+exits 0, 1 or 3 as above.
 
 The project ships no hardware thresholds: until ``MIN_BUSBW_GBPS`` is set below, every rank
-exits 2 without running anything. Editing this file changes the source bundle's digest:
-recompute it (see the README next to the profile).
-
-The verification is pure functions of the captured text (``parse_log``, ``verify``); only
-``main`` does I/O. Standard library only.
+reports Inconclusive without running anything. Editing this file changes the source bundle's
+digest: recompute it (see the README next to the profile). Standard library only; the
+verification is pure functions of the captured text (``parse_log``, ``verify``).
 """
 
 import json
@@ -53,37 +50,39 @@ from pathlib import Path
 MIN_BUSBW_GBPS: float | None = None
 """REQUIRED. Minimum bus bandwidth in GB/s (gigaBYTES per second, the unit nccl-tests prints;
 a 400 Gb/s NDR port is 50 GB/s) measured by ``BUSBW_METRIC``. Derive it from a known-good pair
-of your own Nodes with the same ``ALL_REDUCE_PERF_ARGS``. None: the check refuses to run."""
+of your own Nodes with the same ``BENCHMARK_ARGS``. None: the check does not run (Inconclusive)."""
 
 BUSBW_METRIC: str = "largest"
 """Which bus bandwidth is compared with the threshold: ``largest`` (the row of the largest
 message size, the lower of its out-of-place and in-place figures) or ``avg`` (nccl-tests'
 ``# Avg bus bandwidth`` over every size, which small sizes pull down)."""
 
-ALL_REDUCE_PERF: str = "/opt/nccl-tests/build/all_reduce_perf"
-"""nccl-tests' all_reduce_perf, built with MPI=1, inside the runner image."""
+BENCHMARK: str = "/opt/nccl-tests/build/all_reduce_perf"
+"""The nccl-tests binary (built with MPI=1) inside the runner image: all_reduce_perf,
+all_gather_perf, sendrecv_perf, ..."""
 
-ALL_REDUCE_PERF_ARGS: tuple[str, ...] = ("-b", "8M", "-e", "4G", "-f", "2", "-g", "1", "-c", "1", "-w", "5", "-n", "20")
+BENCHMARK_ARGS: tuple[str, ...] = ("-b", "8M", "-e", "4G", "-f", "2", "-g", "1", "-c", "1", "-w", "5", "-n", "20")
 """One GPU per rank (-g 1) and data validation on (-c 1: a wrong element fails the check)."""
 
-EXPECTED_WORLD_SIZE: int = 2
-"""Ranks (= Nodes, one rank per Node) the MPIJob must have: the profile's participant count."""
+EXPECTED_NODES: int | None = None
+"""Nodes the run must span (the profile's participant count for a cross-Node check); None: any
+number of at least 2."""
 
 REQUIRE_GDRDMA: bool = False
-"""True: every channel must also use GPUDirect RDMA (``.../GDRDMA``)."""
+"""True: every inter-node channel must also use GPUDirect RDMA (``.../GDRDMA``)."""
 
 NCCL_ENV: dict[str, str] = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
-"""Set for all_reduce_perf; the verification needs NCCL's INIT and NET INFO lines."""
+"""Set for the benchmark; the verification needs NCCL's INIT and NET INFO lines."""
 
 EXTRA_ENV: dict[str, str] = {}
-"""More environment for all_reduce_perf, e.g. ``{"LD_LIBRARY_PATH": "/opt/hpcx/nccl_rdma_sharp_plugin/lib"}``
+"""More environment for the benchmark, e.g. ``{"LD_LIBRARY_PATH": "/opt/hpcx/nccl_rdma_sharp_plugin/lib"}``
 (the runner passes only PATH, HOME, LANG, TMPDIR and NVIDIA_/CUDA_/NCCL_/UCX_/OpenMPI variables)."""
 
 ALLOWED_WARNINGS: tuple[str, ...] = ()
 """Regular expressions of ``NCCL WARN`` lines you accept as harmless (searched in the line)."""
 
 MAX_LOG_BYTES: int = 64 * 1024 * 1024
-"""More output than this is not a log we can vouch for: the check fails."""
+"""More output than this is not a log we can vouch for: Inconclusive."""
 
 # --------------------------------------------------------------------------------------------
 # Parsing (pure).
@@ -91,7 +90,12 @@ MAX_LOG_BYTES: int = 64 * 1024 * 1024
 
 RESULT_PREFIX = "NCCL-IB-CHECK "
 METRICS = ("largest", "avg")
+PASS, FAIL, INCONCLUSIVE = "Pass", "Fail", "Inconclusive"
+EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
+"""3 is Signal's documented exit code for "my evidence is insufficient" (Inconclusive)."""
 
+# mpirun --tag-output: "[1,0]<stdout>:" before each line of rank 0 of job 1.
+_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
 # hostname:pid:tid [cudaDev] NCCL INFO ...; WARN adds the source file:line before NCCL (the hostname is cut at '.')
 _NCCL_LINE = re.compile(
     r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ )?NCCL (?P<level>INFO|WARN|TRACE) "
@@ -103,36 +107,39 @@ _RANK_HEADER = re.compile(
 # "Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA" (NCCL >= 2.19: cudaDev; older: busId in hex)
 _CHANNEL = re.compile(
     r"NCCL INFO Channel (?P<channel>\d+)(?:/\d+)? : (?P<src>\d+)\[[0-9a-fA-Fx]+\] -> (?P<dst>\d+)\[[0-9a-fA-Fx]+\]"
-    r" \[(?P<direction>send|receive)\] via (?P<via>\S+)"
+    r" \[(?P<direction>send|receive)\] via (?P<via>.+?)\s*$"
 )
-# "NET/IBext_v8/0/GDRDMA", "NET/IB/1(0)/GDRDMA/Shared" (PXN), "NET/Socket/0"
-_NET_VIA = re.compile(r"^NET/(?P<net>[A-Za-z][A-Za-z0-9_]*)/(?P<dev>\d+)(?:\(\d+\))?(?P<flags>(?:/[A-Za-z]+)*)$")
+# "NET/IBext_v8/0/GDRDMA", "NET/IB/1(0)/GDRDMA/Shared" (PXN), "NET/Socket/0", "NET/AWS Libfabric/0"
+_NET_VIA = re.compile(r"^NET/(?P<net>[^/]+)/(?P<dev>\d+)(?:\(\d+\))?(?P<flags>(?:/[A-Za-z]+)*)$")
 _IB_NET = re.compile(r"^IB(?:ext(?:_v\d+)?)?$")
 # "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB eth0:10.0.0.1<0>" (also NET/IBext...)
 _IB_USING = re.compile(r"NCCL INFO NET/IB\w* : Using (?P<devices>.*?)\s*;\s*OOB")
 _IB_DEVICE = re.compile(r"\[\d+\](?P<name>[\w.-]+:\d+)/(?P<link>IB|RoCE)\b")
 _SOCKET_USING = re.compile(r"NCCL INFO NET/Socket : Using ")
-_USING_NETWORK = re.compile(r"NCCL INFO Using network (?P<net>\S+)")
+_USING_NETWORK = re.compile(r"NCCL INFO Using network (?P<net>.+?)\s*$")
 _INIT_COMPLETE = re.compile(r"NCCL INFO .*\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b.* Init COMPLETE", re.I)
+_NNODES = re.compile(r"NCCL INFO comm \S+ rank \d+ nRanks \d+ nNodes (?P<nodes>\d+)\b")
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)")
 _OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<count>\d+)\s+(?P<status>OK|FAILED)\b")
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>[-+0-9.eE]+|nan|inf)")
 _ERRORS = re.compile(
     r"NCCL WARN|\bncclSystemError\b|\bncclInternalError\b|\bncclInvalidArgument\b|\bncclInvalidUsage\b"
     r"|\bncclRemoteError\b|\bncclUnhandledCudaError\b|\bTest (?:NCCL |CUDA )?failure\b|\bMPI_ABORT\b"
-    r"|\*\*\* Process received signal \*\*\*|\bSegmentation fault\b|\bBus error\b"
+    r"|\bCUDA error\b|\bcuda(?:Error\w+|Malloc failed)\b|\*\*\* Process received signal \*\*\*"
+    r"|\bSegmentation fault\b|\bBus error\b"
 )
 
 
 @dataclass(frozen=True)
 class Channel:
-    channel: int
+    host: str
+    """The host whose NCCL line reported it ("" when the line had no prefix)."""
     src: int
     dst: int
     direction: str
     via: str
     net: str | None
-    """The NET transport's name (``IB``, ``IBext_v8``, ``Socket``), None for P2P/SHM/..."""
+    """The NET transport's name (``IB``, ``IBext_v8``, ``Socket``), None for P2P/SHM/... (intra-node)."""
     gdrdma: bool
 
 
@@ -140,26 +147,28 @@ class Channel:
 class Row:
     size: int
     busbw_oop: float
-    busbw_ip: float
+    busbw_ip: float | None
+    """None where the in-place columns are ``N/A`` (collectives without an in-place variant)."""
     wrong: tuple[str, str]
 
 
 @dataclass
 class Parsed:
-    """What one rank's all_reduce_perf output says."""
+    """What a log says: one rank's output, or mpirun's output of every rank together."""
 
     header_ranks: dict[int, list[str]] = field(default_factory=dict)
     """nccl-tests' ``Rank N ... on HOST`` lines: rank -> hosts (more than one: a duplicate)."""
+    nccl_lines: int = 0
     nccl_hosts: set[str] = field(default_factory=set)
-    """Hosts named in the prefixes of NCCL's own lines."""
     channels: list[Channel] = field(default_factory=list)
     ib_devices: list[tuple[str, str]] = field(default_factory=list)
-    """(device:port, IB or RoCE) from ``NET/IB : Using``."""
     socket_in_use: bool = False
     networks: list[str] = field(default_factory=list)
     """``Using network X`` names."""
     init_complete: list[tuple[int, int]] = field(default_factory=list)
     """(rank, nranks) of every ``Init COMPLETE``."""
+    nodes: int | None = None
+    """NCCL's own ``nNodes`` (2.19 and later)."""
     version: str | None = None
     errors: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
@@ -178,27 +187,45 @@ def _float(text: str) -> float | None:
 
 def _row(line: str) -> Row | None:
     """A result row: size count type redop root (time algbw busbw #wrong) x 2; older nccl-tests
-    have no root column."""
+    have no root column; the in-place group may be ``N/A``."""
     parts = line.split()
     if len(parts) not in (12, 13) or not parts[0].isdigit() or not parts[1].isdigit():
         return None
     oop, ip = parts[-8:-4], parts[-4:]
-    busbw_oop, busbw_ip = _float(oop[2]), _float(ip[2])
-    if busbw_oop is None or busbw_ip is None:
+    busbw_oop = _float(oop[2])
+    busbw_ip = None if ip[2] == "N/A" else _float(ip[2])
+    if busbw_oop is None or (busbw_ip is None and ip[2] != "N/A"):
         return None
     return Row(int(parts[0]), busbw_oop, busbw_ip, (oop[3], ip[3]))
 
 
+def _channel(host: str, match: re.Match[str]) -> Channel:
+    via = match.group("via")
+    net = _NET_VIA.match(via)
+    flags = net.group("flags").split("/") if net else []
+    return Channel(
+        host=host,
+        src=int(match.group("src")),
+        dst=int(match.group("dst")),
+        direction=match.group("direction"),
+        via=via,
+        net=net.group("net") if net else ("?" if via.startswith("NET/") else None),
+        gdrdma="GDRDMA" in flags,
+    )
+
+
 def parse_log(text: str) -> Parsed:
-    """Everything the verification needs from one rank's output (stdout and stderr together)."""
+    """Everything the verification needs from a log (stdout and stderr together)."""
     parsed = Parsed()
     for raw in text.splitlines():
-        line = raw.rstrip()
+        line = _TAG.sub("", raw.rstrip())
         if _ERRORS.search(line):
             parsed.errors.append(line[:300])
         prefix = _NCCL_LINE.match(line)
+        host = prefix.group("host") if prefix else ""
         if prefix:
-            parsed.nccl_hosts.add(prefix.group("host"))
+            parsed.nccl_lines += 1
+            parsed.nccl_hosts.add(host)
         if line.startswith("#"):
             if match := _RANK_HEADER.match(line):
                 parsed.header_ranks.setdefault(int(match.group("rank")), []).append(match.group("host").split(".")[0])
@@ -208,35 +235,21 @@ def parse_log(text: str) -> Parsed:
                 parsed.avg_busbw = _float(match.group("value"))
             continue
         if match := _CHANNEL.search(line):
-            via = match.group("via")
-            net = _NET_VIA.match(via)
-            flags = net.group("flags").split("/") if net else []
-            parsed.channels.append(
-                Channel(
-                    channel=int(match.group("channel")),
-                    src=int(match.group("src")),
-                    dst=int(match.group("dst")),
-                    direction=match.group("direction"),
-                    via=via,
-                    net=net.group("net") if net else None,
-                    gdrdma="GDRDMA" in flags,
-                )
-            )
+            parsed.channels.append(_channel(host, match))
         elif match := _IB_USING.search(line):
-            parsed.ib_devices += [
-                (d.group("name"), d.group("link")) for d in _IB_DEVICE.finditer(match.group("devices"))
-            ]
+            parsed.ib_devices += [(d.group("name"), d.group("link")) for d in _IB_DEVICE.finditer(match["devices"])]
         elif _SOCKET_USING.search(line):
             parsed.socket_in_use = True
         elif match := _USING_NETWORK.search(line):
             parsed.networks.append(match.group("net"))
         elif match := _INIT_COMPLETE.search(line):
             parsed.init_complete.append((int(match.group("rank")), int(match.group("nranks"))))
+        elif match := _NNODES.search(line):
+            parsed.nodes = max(parsed.nodes or 0, int(match.group("nodes")))
         elif (match := _VERSION.search(line)) and parsed.version is None:
             parsed.version = match.group("version")
         elif not prefix and line.split(maxsplit=1)[:1] and line.split(maxsplit=1)[0].isdigit():
-            # A result row starts with the message size; other output (e.g. OpenMPI's indented
-            # notices) does not and is not a row.
+            # A result row starts with the message size; other output (OpenMPI's indented notices) does not.
             row = _row(line)
             if row is not None:
                 parsed.rows.append(row)
@@ -254,17 +267,32 @@ def parse_log(text: str) -> Parsed:
 class Settings:
     threshold_gbps: float | None
     metric: str = "largest"
-    expected_world_size: int = 2
+    expected_nodes: int | None = None
     require_gdrdma: bool = False
     allowed_warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Verdict:
-    passed: bool
-    reasons: tuple[str, ...]
-    """Why it failed (empty when it passed)."""
+    outcome: str
+    """PASS, FAIL or INCONCLUSIVE."""
+    faults: tuple[str, ...]
+    """Proven faults (any: Fail)."""
+    missing: tuple[str, ...]
+    """What the log does not prove (any, and no fault: Inconclusive)."""
     measurements: dict[str, bool | int | float | str]
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == PASS
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return self.faults + self.missing
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
 
 
 def config_problems(settings: Settings) -> list[str]:
@@ -280,10 +308,9 @@ def config_problems(settings: Settings) -> list[str]:
         problems.append(f"MIN_BUSBW_GBPS must be a positive number of GB/s, not {threshold!r}")
     if settings.metric not in METRICS:
         problems.append(f"BUSBW_METRIC must be one of {', '.join(METRICS)}, not {settings.metric!r}")
-    if isinstance(settings.expected_world_size, bool) or not (
-        isinstance(settings.expected_world_size, int) and settings.expected_world_size >= 2
-    ):
-        problems.append("EXPECTED_WORLD_SIZE must be an integer of at least 2 (an inter-node check)")
+    nodes = settings.expected_nodes
+    if nodes is not None and (isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2):
+        problems.append("EXPECTED_NODES must be None or an integer of at least 2 (an inter-node check)")
     for pattern in settings.allowed_warnings:
         try:
             re.compile(pattern)
@@ -297,51 +324,72 @@ def _transport(parsed: Parsed) -> str:
     return "+".join(links) if links else "none"
 
 
-def verify(parsed: Parsed, *, rank: int, world_size: int, exit_code: int | None, settings: Settings) -> Verdict:
-    """The verdict of one rank's log. Rank 0 checks the whole run (hosts, summary, bandwidth);
-    other ranks their own part (exit, errors, init, transport). Fails closed."""
-    reasons: list[str] = []
-    expected = settings.expected_world_size
-    problems = config_problems(settings)
-    reasons += problems
-    if world_size != expected:
-        reasons.append(f"world size {world_size}, expected {expected} (one rank per Node)")
-    if exit_code != 0:
-        reasons.append(
-            f"all_reduce_perf exited {exit_code}" if exit_code is not None else "all_reduce_perf did not exit"
+def _verify_transport(parsed: Parsed, faults: list[str], missing: list[str], settings: Settings) -> list[Channel]:
+    """Inter-node channels (NET/...) must all be IB verbs, one kind across every rank."""
+    inter = [c for c in parsed.channels if c.net is not None]
+    socket = [c for c in inter if c.net == "Socket"]
+    foreign = [c for c in inter if c.net != "Socket" and not _IB_NET.match(c.net or "")]
+    ib = [c for c in inter if _IB_NET.match(c.net or "")]
+    if socket or parsed.socket_in_use or "Socket" in parsed.networks:
+        where = f"{len(socket)} channel(s) via NET/Socket" if socket else "NET/Socket in use"
+        faults.append(f"socket fall-back: {where}; inter-node traffic must use NET/IB")
+    if foreign:
+        faults.append(f"{len(foreign)} inter-node channel(s) not via IB verbs (first: via {foreign[0].via})")
+    chosen = [n for n in parsed.networks if not _IB_NET.match(n) and n != "Socket"]
+    if chosen:
+        faults.append(f"NCCL chose network {chosen[0]!r}, not IB")
+    kinds = {c.net: c.host for c in inter}
+    if len(kinds) > 1:
+        faults.append(
+            "mixed transports across ranks: " + ", ".join(f"{n} ({h or '?'})" for n, h in sorted(kinds.items()))
         )
+    if settings.require_gdrdma and ib and not all(c.gdrdma for c in ib):
+        faults.append("REQUIRE_GDRDMA: an inter-node channel via NET/IB without GDRDMA")
+    host_of = {rank: names[0] for rank, names in parsed.header_ranks.items()}
+    crossing = [
+        c
+        for c in parsed.channels
+        if c.net is None and {c.src, c.dst} <= host_of.keys() and host_of[c.src] != host_of[c.dst]
+    ]
+    if crossing:
+        missing.append(f"the log contradicts itself: {crossing[0].via} between ranks on different hosts")
+    if ib and not parsed.ib_devices:
+        missing.append("no 'NET/IB : Using [n]<device>:<port>/IB|RoCE' line (NCCL_DEBUG_SUBSYS must include NET)")
+    single = parsed.nodes == 1 or (len(parsed.header_ranks) > 1 and len(_hosts(parsed)) == 1)
+    if not parsed.channels:
+        missing.append("no channel lines at all (NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS including INIT)")
+    elif single or not inter:
+        missing.append("every rank on one host: no inter-node channel proves the network")
+    elif ib and not {c.direction for c in ib} >= {"send", "receive"}:
+        missing.append("NET/IB channels in one direction only")
+    return ib
 
+
+def _hosts(parsed: Parsed) -> set[str]:
+    return {hosts[0] for hosts in parsed.header_ranks.values()}
+
+
+def verify(parsed: Parsed, *, rank: int, world_size: int, exit_code: int | None, settings: Settings) -> Verdict:
+    """The verdict of a log: as ``rank`` (0 also verifies the whole run: hosts, summary,
+    bandwidth) in a world of ``world_size`` ranks. Fails closed: Pass needs positive evidence."""
+    faults: list[str] = []
+    problems = config_problems(settings)
+    missing: list[str] = list(problems)
+    if exit_code is None:
+        missing.append("the benchmark did not run to its end (not started, killed or cut off)")
+    elif exit_code != 0:
+        faults.append(f"the benchmark exited {exit_code}")
     allowed = [re.compile(p) for p in settings.allowed_warnings] if not problems else []
     errors = [e for e in parsed.errors if not ("NCCL WARN" in e and any(p.search(e) for p in allowed))]
     if errors:
-        reasons.append(f"{len(errors)} error line(s), first: {errors[0][:160]}")
-    if (rank, expected) not in parsed.init_complete:
-        reasons.append(f"no NCCL 'Init COMPLETE' for rank {rank} of {expected} ranks")
-
-    # Transport: one rank per Node, so every channel must cross the network over IB verbs.
-    socket = [c for c in parsed.channels if c.net == "Socket"]
-    other = [c for c in parsed.channels if c.net != "Socket" and not (c.net and _IB_NET.match(c.net))]
-    ib = [c for c in parsed.channels if c.net and _IB_NET.match(c.net)]
-    if socket or parsed.socket_in_use or "Socket" in parsed.networks:
-        where = f"{len(socket)} channel(s) via NET/Socket" if socket else "NET/Socket in use"
-        reasons.append(f"socket fall-back: {where}; inter-node traffic must use NET/IB")
-    if other:
-        reasons.append(
-            f"{len(other)} channel(s) not via NET/IB (first: via {other[0].via}); "
-            "P2P/SHM mean two ranks shared a Node, other NETs are not IB verbs"
-        )
-    if not ib:
-        reasons.append("no channel via NET/IB: no positive evidence of an InfiniBand/RoCE data path")
-    elif not {c.direction for c in ib} >= {"send", "receive"}:
-        reasons.append("NET/IB channels in one direction only")
-    if not parsed.ib_devices:
-        reasons.append("no 'NET/IB : Using [n]<device>:<port>/IB|RoCE' line: no IB device in use")
-    if settings.require_gdrdma and ib and not all(c.gdrdma for c in ib):
-        reasons.append("REQUIRE_GDRDMA: a NET/IB channel without GDRDMA")
-    bad_networks = [n for n in parsed.networks if not _IB_NET.match(n)]
-    if bad_networks and "Socket" not in bad_networks:
-        reasons.append(f"NCCL chose network {bad_networks[0]!r}, not IB")
-
+        faults.append(f"{len(errors)} error line(s), first: {errors[0][:160]}")
+    if not parsed.nccl_lines:
+        missing.append("no NCCL debug lines: run with NCCL_DEBUG=INFO")
+    if world_size < 2:
+        missing.append(f"a world of {world_size} rank(s): nothing crosses a network")
+    if parsed.nccl_lines and (rank, world_size) not in parsed.init_complete:
+        missing.append(f"no NCCL 'Init COMPLETE' for rank {rank} of {world_size} ranks")
+    ib = _verify_transport(parsed, faults, missing, settings)
     measurements: dict[str, bool | int | float | str] = {
         "rank": rank,
         "world_size": world_size,
@@ -353,46 +401,48 @@ def verify(parsed: Parsed, *, rank: int, world_size: int, exit_code: int | None,
     }
     if parsed.version:
         measurements["nccl_version"] = parsed.version
-
     if rank == 0:
-        reasons += _verify_run(parsed, settings, measurements)
-    measurements["passed"] = not reasons
-    return Verdict(not reasons, tuple(reasons), measurements)
+        _verify_run(parsed, settings, world_size, faults, missing, measurements)
+    outcome = FAIL if faults else INCONCLUSIVE if missing else PASS
+    measurements["outcome"] = outcome
+    return Verdict(outcome, tuple(faults), tuple(missing), measurements)
 
 
-def _verify_run(parsed: Parsed, settings: Settings, measurements: dict[str, bool | int | float | str]) -> list[str]:
-    """Rank 0 only: both Nodes present, the run completed, the bandwidth suffices."""
-    reasons = []
-    expected = settings.expected_world_size
-    duplicated = sorted(r for r, hosts in parsed.header_ranks.items() if len(hosts) > 1)
-    hosts = {hosts[0] for hosts in parsed.header_ranks.values()}
+def _verify_run(
+    parsed: Parsed,
+    settings: Settings,
+    world_size: int,
+    faults: list[str],
+    missing: list[str],
+    measurements: dict[str, bool | int | float | str],
+) -> None:
+    """Rank 0 (or the combined log): every rank on its host, the run completed, the bandwidth."""
+    hosts = _hosts(parsed)
     measurements["hosts"] = len(hosts)
+    duplicated = sorted(r for r, names in parsed.header_ranks.items() if len(names) > 1)
     if duplicated:
-        reasons.append(f"rank(s) {duplicated} listed twice in the nccl-tests header")
-    if sorted(parsed.header_ranks) != list(range(expected)):
-        reasons.append(f"the nccl-tests header lists ranks {sorted(parsed.header_ranks)}, expected 0..{expected - 1}")
-    if len(hosts) != expected:
-        reasons.append(f"{len(hosts)} distinct host(s) in the nccl-tests header, expected {expected} (one per Node)")
-    own = parsed.header_ranks.get(0, [None])[0]
-    if parsed.nccl_hosts and parsed.nccl_hosts != {own}:
-        reasons.append(f"NCCL lines from host(s) {sorted(parsed.nccl_hosts)}, not only rank 0's host {own}")
-    if not parsed.rows:
-        reasons.append("no nccl-tests result rows")
+        missing.append(f"rank(s) {duplicated} listed twice in the nccl-tests header: not the log of one run")
+    if sorted(parsed.header_ranks) != list(range(world_size)):
+        missing.append(f"the nccl-tests header lists ranks {sorted(parsed.header_ranks)}, expected 0..{world_size - 1}")
+    if len(hosts) == 1 and "every rank on one host" not in " ".join(missing):
+        missing.append("every rank on one host: no inter-node channel proves the network")
+    if settings.expected_nodes is not None and len(hosts) not in (1, settings.expected_nodes):
+        missing.append(f"{len(hosts)} host(s) in the nccl-tests header, expected {settings.expected_nodes}")
     if parsed.malformed_rows:
-        reasons.append(f"{parsed.malformed_rows} unreadable result row(s)")
-    wrong = [r.size for r in parsed.rows if any(_float(w) != 0 for w in r.wrong)]
+        missing.append(f"{parsed.malformed_rows} unreadable result row(s)")
+    wrong = [r.size for r in parsed.rows if any((_float(w) or 0) != 0 for w in r.wrong if w != "N/A")]
     if wrong:
-        reasons.append(f"wrong elements (or no validation) at size(s) {wrong[:4]}")
-    if parsed.out_of_bounds is None or parsed.avg_busbw is None:
-        reasons.append(
-            "the run did not complete: no nccl-tests summary ('# Out of bounds values', '# Avg bus bandwidth')"
-        )
+        faults.append(f"wrong elements at size(s) {wrong[:4]}")
+    if any(r.wrong[0] == "N/A" for r in parsed.rows):
+        missing.append("no data validation (out-of-place #wrong is N/A): run nccl-tests with -c 1")
+    if not parsed.rows or parsed.out_of_bounds is None or parsed.avg_busbw is None:
+        missing.append("the run did not complete: no result rows or no nccl-tests summary")
     elif parsed.out_of_bounds != (0, "OK"):
-        reasons.append(f"out of bounds values: {parsed.out_of_bounds[0]} {parsed.out_of_bounds[1]}")
+        faults.append(f"out of bounds values: {parsed.out_of_bounds[0]} {parsed.out_of_bounds[1]}")
     largest = None
     if parsed.rows:
         top = max(parsed.rows, key=lambda r: r.size)
-        largest = min(top.busbw_oop, top.busbw_ip)
+        largest = min(b for b in (top.busbw_oop, top.busbw_ip) if b is not None)
         measurements["largest_bytes"] = top.size
         measurements["busbw_largest_gbps"] = largest
     if parsed.avg_busbw is not None:
@@ -403,15 +453,29 @@ def _verify_run(parsed: Parsed, settings: Settings, measurements: dict[str, bool
     threshold = settings.threshold_gbps
     if value is not None:
         measurements["busbw_gbps"] = value
+        if value <= 0:
+            faults.append(f"zero bus bandwidth ({settings.metric})")
     if isinstance(threshold, int | float) and not isinstance(threshold, bool):
         measurements["threshold_gbps"] = float(threshold)
-        if value is not None and value < threshold:
-            reasons.append(
-                f"bus bandwidth ({settings.metric}) {value:g} GB/s is below the threshold {threshold:g} GB/s"
-            )
-    if value is None:
-        reasons.append(f"no bus bandwidth ({settings.metric}) to compare with the threshold")
-    return reasons
+        if value is not None and 0 < value < threshold:
+            faults.append(f"bus bandwidth ({settings.metric}) {value:g} GB/s is below the threshold {threshold:g} GB/s")
+
+
+def verify_log(text: str, settings: Settings) -> Verdict:
+    """A captured log of unknown shape (one rank's or mpirun's combined output): as rank 0 when it
+    holds nccl-tests' header, in the world its header or NCCL's Init lines name."""
+    parsed = parse_log(text)
+    sizes = {n for _, n in parsed.init_complete}
+    world = len(parsed.header_ranks) or (max(sizes) if sizes else 0)
+    ranks = sorted({r for r, _ in parsed.init_complete})
+    rank = 0 if parsed.header_ranks or not ranks else ranks[0]
+    verdict = verify(parsed, rank=rank, world_size=world, exit_code=0, settings=settings)
+    absent = sorted(set(range(world)) - {r for r, n in parsed.init_complete if n == world})
+    if parsed.nccl_hosts and len(parsed.nccl_hosts) > 1 and absent:
+        missing = (*verdict.missing, f"no NCCL 'Init COMPLETE' for rank(s) {absent[:8]}")
+        outcome = FAIL if verdict.faults else INCONCLUSIVE
+        return Verdict(outcome, verdict.faults, missing, {**verdict.measurements, "outcome": outcome})
+    return verdict
 
 
 # --------------------------------------------------------------------------------------------
@@ -423,21 +487,21 @@ def settings_from_constants() -> Settings:
     return Settings(
         threshold_gbps=MIN_BUSBW_GBPS,
         metric=BUSBW_METRIC,
-        expected_world_size=EXPECTED_WORLD_SIZE,
+        expected_nodes=EXPECTED_NODES,
         require_gdrdma=REQUIRE_GDRDMA,
         allowed_warnings=ALLOWED_WARNINGS,
     )
 
 
-def _run_all_reduce_perf(workdir: Path, rank: int) -> tuple[int | None, str]:
-    """Run all_reduce_perf, copying its output to our stdout; (exit code, output)."""
+def _run_benchmark(workdir: Path, rank: int) -> tuple[int | None, str]:
+    """Run the benchmark, copying its output to our stdout; (exit code, output)."""
     env = {**os.environ, **NCCL_ENV}
     env.update(EXTRA_ENV)
-    argv = [ALL_REDUCE_PERF, *ALL_REDUCE_PERF_ARGS]
+    argv = [BENCHMARK, *BENCHMARK_ARGS]
     chunks: list[bytes] = []
     size = 0
     try:
-        log = (workdir / f"all_reduce_perf.rank{rank}.log").open("wb")
+        log = (workdir / f"nccl-tests.rank{rank}.log").open("wb")
     except OSError:
         log = None
     try:
@@ -460,43 +524,46 @@ def _run_all_reduce_perf(workdir: Path, rank: int) -> tuple[int | None, str]:
     code = process.wait()
     if log is not None:
         log.close()
-    text = b"".join(chunks).decode("utf-8", errors="replace")
     if size > MAX_LOG_BYTES:
-        text += f"\nnccl-ib: Test failure: more than {MAX_LOG_BYTES} bytes of output\n"
-    return (code if code >= 0 else None), text
+        print(f"nccl-ib: more than {MAX_LOG_BYTES} bytes of output: not a log we can vouch for", file=sys.stderr)
+        return None, ""
+    return (code if code >= 0 else None), b"".join(chunks).decode("utf-8", errors="replace")
 
 
-def _write_measurements(measurements: dict[str, bool | int | float | str]) -> None:
-    target = os.environ.get("SIGNAL_MEASUREMENTS_FILE")
-    if target:
-        Path(target).write_text(json.dumps(measurements, sort_keys=True), encoding="utf-8")
+def _report(verdict: Verdict, rank: int) -> int:
+    report = {"rank": rank, "passed": verdict.passed, "reasons": list(verdict.reasons), **verdict.measurements}
+    print(RESULT_PREFIX + json.dumps(report, sort_keys=True), flush=True)
+    label = {FAIL: "FAIL", INCONCLUSIVE: "INCONCLUSIVE"}.get(verdict.outcome)
+    for reason in verdict.faults if verdict.faults else verdict.missing:
+        print(f"nccl-ib: rank {rank}: {label}: {reason}", file=sys.stderr)
+    return verdict.exit_code
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     settings = settings_from_constants()
+    if argv[:1] == ["--verify"] and len(argv) == 2:
+        return _report(verify_log(Path(argv[1]).read_text(encoding="utf-8", errors="replace"), settings), 0)
     problems = config_problems(settings)
     if problems:
         for problem in problems:
-            print(f"nccl-ib: configuration error: {problem}", file=sys.stderr)
-        return 2
+            print(f"nccl-ib: INCONCLUSIVE: configuration error: {problem}", file=sys.stderr)
+        return EXIT_CODES[INCONCLUSIVE]
     rank_text, size_text = os.environ.get("SIGNAL_RANK", ""), os.environ.get("SIGNAL_WORLD_SIZE", "")
     if not (rank_text.isdigit() and size_text.isdigit()):
         print(
-            "nccl-ib: not an MPI rank (no SIGNAL_RANK/SIGNAL_WORLD_SIZE): run it with backend MPIJob", file=sys.stderr
+            "nccl-ib: INCONCLUSIVE: not an MPI rank (no SIGNAL_RANK/SIGNAL_WORLD_SIZE): run it with backend "
+            "MPIJob, or verify a captured log with --verify FILE",
+            file=sys.stderr,
         )
-        return 2
+        return EXIT_CODES[INCONCLUSIVE]
     rank, world_size = int(rank_text), int(size_text)
-    workdir = Path(os.environ.get("SIGNAL_WORKDIR") or ".")
-    exit_code, text = _run_all_reduce_perf(workdir, rank)
+    exit_code, text = _run_benchmark(Path(os.environ.get("SIGNAL_WORKDIR") or "."), rank)
     verdict = verify(parse_log(text), rank=rank, world_size=world_size, exit_code=exit_code, settings=settings)
-    if rank == 0:
-        _write_measurements(verdict.measurements)
-    report = {"rank": rank, "passed": verdict.passed, "reasons": list(verdict.reasons), **verdict.measurements}
-    print(RESULT_PREFIX + json.dumps(report, sort_keys=True), flush=True)
-    for reason in verdict.reasons:
-        print(f"nccl-ib: rank {rank}: FAIL: {reason}", file=sys.stderr)
-    return 0 if verdict.passed else 1
+    target = os.environ.get("SIGNAL_MEASUREMENTS_FILE")
+    if rank == 0 and target:
+        Path(target).write_text(json.dumps(verdict.measurements, sort_keys=True), encoding="utf-8")
+    return _report(verdict, rank)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
