@@ -3,20 +3,32 @@ per participant; persist the results **before any teardown**; quiesce; persist t
 evidence with the cleanup outcome; return what Argo should be told.
 
 Safe to repeat: a retried step that finds this check's results ConfigMap does not run the
-check again; it goes straight to quiescence (and reuses an existing evidence ConfigMap).
+check again; it goes straight to quiescence (and reuses an existing evidence ConfigMap). It
+adopts only what carries this Run's and this check's labels, owner and identity
+(adapter/adoption.py); anything else under those names is refused.
 Invariant 5: before creating anything, the adapter refuses while any workload of another
 check of the same Run still exists; and a check whose workloads cannot be proven gone
 reports ``proceed=false`` so the Workflow starts no later check.
+
+Interrupted (``stop`` set: SIGTERM from Argo's Terminate or the suite deadline): the adapter
+stops waiting, takes what exists now as the results (an unfinished participant is
+Inconclusive), persists them, quiesces exactly as after a finished check, persists the
+evidence and raises ``Interrupted`` (the step fails). A Run found cancelled or ended gets the
+same treatment for this check's leftover workloads before the adapter refuses, so a step
+retried after its adapter was killed still removes what that adapter created.
 """
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from adapter import backend, collect, workloads
+from adapter import backend, collect, mpijobs, workloads
+from adapter.adoption import adoptable
+from adapter.adoption import labels as evidence_labels
 from adapter.backend import TreeCheck, log
-from adapter.inputs import Inputs, Refusal, validate_against_run
+from adapter.inputs import Inputs, Refusal, ended, validate_against_run
 from kubeio.client import Kube, resource_path
 from kubeio.errors import AlreadyExists
 from shared import keys
@@ -27,13 +39,11 @@ from shared.evidence import (
     CheckIdentity,
     CheckResults,
     Cleanup,
-    EvidenceError,
     ParticipantResult,
     RunIdentity,
     Workload,
     check_verdict,
     config_map,
-    decode_document,
     to_document,
 )
 from shared.result import RunnerResult
@@ -50,6 +60,10 @@ class Settings:
     """Time beyond the check's deadline to wait for results (Pods that never start)."""
     quiesce_seconds: float = 60.0
     """Bound on proving every workload gone."""
+
+
+class Interrupted(RuntimeError):
+    """The check was interrupted; its workloads were quiesced and its evidence persisted."""
 
 
 @dataclass(frozen=True)
@@ -78,113 +92,100 @@ async def _guard_other_checks(kube: Kube, inputs: Inputs) -> None:
 
 
 async def _persist(kube: Kube, inputs: Inputs, name: str, document: Obj, schema: str) -> tuple[str, int]:
-    labels = {
-        keys.RUN_NAME_LABEL: inputs.run_name,
-        keys.RUN_UID_LABEL: inputs.run_uid,
-        keys.CHECK_LABEL: inputs.check.name,
-        keys.COMPONENT_LABEL: "evidence",
-    }
     manifest, digest, size = config_map(
-        name=name, namespace=inputs.run_namespace, owner=workloads.run_owner(inputs), labels=labels, document=document
+        name=name,
+        namespace=inputs.run_namespace,
+        owner=workloads.run_owner(inputs),
+        labels=evidence_labels(inputs),
+        document=document,
     )
     path = resource_path("v1", "configmaps", inputs.run_namespace)
     try:
         await kube.create(path, manifest)
     except AlreadyExists:
         existing = await kube.get(f"{path}/{name}")
-        _, digest = decode_document(existing, schema)
+        _, digest = adoptable(existing, inputs, schema)  # only this check's own
         log.info("evidence already persisted; keeping it", config_map=name, digest=digest)
     return digest, size
 
 
-async def _run_pods(kube: Kube, inputs: Inputs, settings: Settings) -> tuple[list[ParticipantResult], list[Workload]]:
+async def _run_pods(
+    kube: Kube, inputs: Inputs, settings: Settings, *, observe_only: bool = False
+) -> tuple[list[ParticipantResult], list[Workload]]:
     path = resource_path("v1", "pods", inputs.run_namespace)
     bodies = [
         workloads.backend_pod(inputs, p.index, p.node_name, settings.runner_image)
         for p in sorted(inputs.participants, key=lambda p: p.index)
     ]
-    await asyncio.gather(*(backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid) for b in bodies))
+    if not observe_only:
+        await asyncio.gather(*(backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid) for b in bodies))
     expected = {b["metadata"]["name"] for b in bodies}
 
     def finished(pods: list[Obj]) -> bool:
         done = {p["metadata"]["name"] for p in pods if collect.terminal(p)}
         return expected <= done
 
-    bound = workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
+    bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
     pods = await backend.wait_pods(kube, inputs.run_namespace, workloads.check_selector(inputs), finished, bound)
-    pods = [p for p in pods if backend.runs_runner(p, settings.runner_image)]
+    pods = [p for p in pods if backend.runs_runner(p, settings.runner_image) and backend.owned_by(p, inputs.run_uid)]
     return collect.collect_pods(inputs.participants, pods), collect.pod_workloads(pods)
 
 
-async def _run_mpijob(
-    kube: Kube, inputs: Inputs, settings: Settings
+async def _run_backend(
+    kube: Kube, inputs: Inputs, settings: Settings, *, observe_only: bool = False
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None]:
-    body = workloads.mpijob(inputs, settings.runner_image, sshd=settings.sshd)
-    job = await backend.create_or_adopt(
-        kube, resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), body, inputs, inputs.run_uid
+    if inputs.check.backend == "Pod":
+        participants, found = await _run_pods(kube, inputs, settings, observe_only=observe_only)
+        return participants, found, None
+    bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
+    return await mpijobs.run(
+        kube, inputs, image=settings.runner_image, sshd=settings.sshd, bound=bound, observe_only=observe_only
     )
-    selector = workloads.check_selector(inputs)
-    launchers = f"{selector},{workloads.MPI_ROLE_LABEL}=launcher"
-    bound = workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
-    launcher_pods = await backend.wait_pods(
-        kube, inputs.run_namespace, launchers, lambda pods: any(collect.terminal(p) for p in pods), bound
-    )
-    workers, _ = await backend.list_pods(kube, inputs.run_namespace, f"{selector},{workloads.MPI_ROLE_LABEL}=worker")
-    job_uid = job["metadata"]["uid"]
-    workers = [w for w in workers if backend.owned_by(w, job_uid) and backend.runs_runner(w, settings.runner_image)]
-    results, launcher, _ = collect.collect_mpi(inputs.participants, workers, launcher_pods)
-    found = [Workload(kind="MPIJob", name=job["metadata"]["name"], uid=job_uid, role="mpijob")]
-    launcher_job = await kube.get_or_none(
-        resource_path("batch/v1", "jobs", inputs.run_namespace, f"{job['metadata']['name']}-launcher")
-    )
-    if launcher_job is not None and backend.owned_by(launcher_job, job_uid):
-        found.append(
-            Workload(kind="Job", name=launcher_job["metadata"]["name"], uid=launcher_job["metadata"]["uid"], role="job")
-        )
-    for pod in launcher_pods:
-        found.append(
-            Workload(
-                kind="Pod",
-                name=pod["metadata"]["name"],
-                uid=pod["metadata"]["uid"],
-                node_name=pod.get("spec", {}).get("nodeName"),
-                role="launcher",
-            )
-        )
-    node_index = {p.node_name: p.index for p in inputs.participants}
-    for worker in sorted(workers, key=lambda w: w["metadata"]["name"]):
-        node = worker.get("spec", {}).get("nodeName")
-        found.append(
-            Workload(
-                kind="Pod",
-                name=worker["metadata"]["name"],
-                uid=worker["metadata"]["uid"],
-                node_name=node,
-                participant_index=node_index.get(node or ""),
-                role="worker",
-            )
-        )
-    return results, found, launcher
 
 
-async def _collect(kube: Kube, inputs: Inputs, settings: Settings, source_digest: str) -> tuple[CheckResults, str]:
-    """Run the check and persist its results; or load results an earlier attempt persisted."""
+async def _until_stopped(
+    kube: Kube, inputs: Inputs, settings: Settings, stop: asyncio.Event
+) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None, bool]:
+    """Run the check unless ``stop`` is set first; then take what exists now instead.
+    The last value says whether the check was interrupted."""
+    work = asyncio.ensure_future(_run_backend(kube, inputs, settings))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if work.done():
+        stopped.cancel()
+        return (*work.result(), False)
+    work.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await work
+    log.warning("check interrupted; taking what exists now as its results", check=inputs.check.name)
+    return (*await _run_backend(kube, inputs, settings, observe_only=True), True)
+
+
+async def _collect(
+    kube: Kube, inputs: Inputs, settings: Settings, source_digest: str, stop: asyncio.Event, *, observe_only: bool
+) -> tuple[CheckResults, str, bool]:
+    """Run the check (or, ``observe_only``, take what exists now) and persist its results;
+    or load results an earlier attempt persisted. The last value: interrupted."""
     name = workloads.results_name(inputs)
     existing = await kube.get_or_none(resource_path("v1", "configmaps", inputs.run_namespace, name))
     if existing is not None:
+        document, digest = adoptable(existing, inputs, RESULTS_SCHEMA)  # only this check's own
         try:
-            document, digest = decode_document(existing, RESULTS_SCHEMA)
-            return CheckResults.model_validate(document), digest
-        except (EvidenceError, ValueError) as exc:
+            return CheckResults.model_validate(document), digest, observe_only
+        except ValueError as exc:
             raise Refusal(f"results ConfigMap {inputs.run_namespace}/{name} is unusable: {exc}") from exc
-    await _guard_other_checks(kube, inputs)
     started = _now()
-    launcher: RunnerResult | None = None
-    if inputs.check.backend == "Pod":
-        participants, found = await _run_pods(kube, inputs, settings)
+    if observe_only:
+        participants, found, launcher = await _run_backend(kube, inputs, settings, observe_only=True)
+        interrupted = True
     else:
-        participants, found, launcher = await _run_mpijob(kube, inputs, settings)
+        await _guard_other_checks(kube, inputs)
+        if stop.is_set():
+            raise Interrupted(f"Run {inputs.run_name} check {inputs.check.name}: stopped before it started")
+        participants, found, launcher, interrupted = await _until_stopped(kube, inputs, settings, stop)
     verdict, reason = check_verdict(participants)
+    if interrupted:
+        reason = f"Interrupted: {reason}"
     results = CheckResults(
         run=RunIdentity(namespace=inputs.run_namespace, name=inputs.run_name, uid=inputs.run_uid),
         check=CheckIdentity(
@@ -204,7 +205,7 @@ async def _collect(kube: Kube, inputs: Inputs, settings: Settings, source_digest
     )
     digest, size = await _persist(kube, inputs, name, to_document(results), RESULTS_SCHEMA)
     log.info("results persisted", config_map=name, digest=digest, bytes=size, verdict=verdict.value)
-    return results, digest
+    return results, digest, interrupted
 
 
 async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: Settings) -> Cleanup:
@@ -220,28 +221,7 @@ async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: 
         gone = await asyncio.gather(*(backend.delete_pod(kube, p) for p in mine))
         deleted = list(collect.pod_workloads([p for p, ok in zip(mine, gone, strict=True) if ok]))
     else:
-        job = next((w for w in results.workloads if w.kind == "MPIJob"), None)
-        if job is not None:
-            name = job.name
-            tree.named = [
-                (workloads.MPI_API, "mpijobs", name),
-                ("batch/v1", "jobs", f"{name}-launcher"),
-                ("v1", "services", name),
-                ("v1", "configmaps", f"{name}-config"),
-                # The ssh Secret is not readable by the adapter (no Secrets access); the
-                # foreground deletion of the MPIJob completes only once it is gone.
-            ]
-            pods, _ = await backend.list_pods(
-                kube, inputs.run_namespace, f"{selector},{workloads.MPI_ROLE_LABEL}=worker"
-            )
-            workers = [
-                p for p in pods if backend.owned_by(p, job.uid) and backend.runs_runner(p, settings.runner_image)
-            ]
-            tree.uids |= {p["metadata"]["uid"] for p in workers}
-            await asyncio.gather(*(backend.delete_pod(kube, p) for p in workers))
-            deleted = [w for w in results.workloads if w.role == "worker"]
-            await backend.foreground_delete(kube, workloads.MPI_API, "mpijobs", inputs.run_namespace, name, job.uid)
-            deleted.append(job)
+        deleted = await mpijobs.quiesce(kube, inputs, list(results.workloads), settings.runner_image, tree)
     left = await backend.wait_gone(kube, tree, settings.quiesce_seconds)
     retained = [
         Workload(
@@ -260,23 +240,44 @@ async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: 
     return Cleanup(state="Complete", message="every workload is gone", deleted=deleted, retained=[], finished_at=_now())
 
 
-async def run_check(kube: Kube, inputs: Inputs, settings: Settings) -> Report:
+async def run_check(kube: Kube, inputs: Inputs, settings: Settings, stop: asyncio.Event | None = None) -> Report:
+    """Run one check; ``stop`` (set on SIGTERM) interrupts it (see the module docstring)."""
+    stop = stop if stop is not None else asyncio.Event()
     run = await kube.get_or_none(
         resource_path(keys.API_VERSION, keys.RUN_PLURAL, inputs.run_namespace, inputs.run_name)
     )
-    validate_against_run(inputs, run)
+    try:
+        validate_against_run(inputs, run)
+    except Refusal:
+        if run is None or not ended(run):
+            raise
+        # Cancelled or ended: refuse, but first remove what an earlier (killed) adapter of
+        # this check left behind, evidence first, if the inputs are otherwise the Run's.
+        validate_against_run(inputs, run, allow_ended=True)
+        await _finish(kube, inputs, settings, run, stop, observe_only=True)
+        raise
     assert run is not None
+    return await _finish(kube, inputs, settings, run, stop, observe_only=False)
+
+
+async def _finish(
+    kube: Kube, inputs: Inputs, settings: Settings, run: Obj, stop: asyncio.Event, *, observe_only: bool
+) -> Report:
     name = workloads.evidence_name(inputs)
     earlier = await kube.get_or_none(resource_path("v1", "configmaps", inputs.run_namespace, name))
     if earlier is not None:
+        document, digest = adoptable(earlier, inputs, CHECK_EVIDENCE_SCHEMA)  # only this check's own
         try:
-            document, digest = decode_document(earlier, CHECK_EVIDENCE_SCHEMA)
             kept = CheckEvidence.model_validate(document)
-        except (EvidenceError, ValueError) as exc:
+        except ValueError as exc:
             raise Refusal(f"evidence ConfigMap {inputs.run_namespace}/{name} is unusable: {exc}") from exc
         log.info("check evidence already persisted by an earlier attempt", config_map=name, digest=digest)
         return Report(kept.verdict, name, digest, proceed=_proceed(kept))
-    results, results_digest = await _collect(kube, inputs, settings, run["spec"]["source"]["digest"])
+    if observe_only and not await _has_workloads(kube, inputs):
+        return Report(Verdict.INCONCLUSIVE, "", "", proceed=False)
+    results, results_digest, interrupted = await _collect(
+        kube, inputs, settings, run["spec"]["source"]["digest"], stop, observe_only=observe_only
+    )
     cleanup = await _quiesce(kube, inputs, results, settings)
     verdict, reason = results.verdict, results.reason
     if cleanup.state != "Complete":
@@ -291,7 +292,20 @@ async def run_check(kube: Kube, inputs: Inputs, settings: Settings) -> Report:
     )
     digest, size = await _persist(kube, inputs, name, to_document(evidence), CHECK_EVIDENCE_SCHEMA)
     log.info("check evidence persisted", config_map=name, digest=digest, bytes=size, verdict=verdict.value)
+    if interrupted and not observe_only:
+        raise Interrupted(
+            f"Run {inputs.run_name} check {inputs.check.name} was interrupted; its workloads were "
+            f"{'removed' if cleanup.state == 'Complete' else 'NOT all removed: ' + cleanup.message}, "
+            f"evidence {name}"
+        )
     return Report(verdict, name, digest, proceed=_proceed(evidence))
+
+
+async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
+    selector = workloads.check_selector(inputs)
+    pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
+    jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
+    return bool(pods or jobs.get("items"))
 
 
 def _proceed(evidence: CheckEvidence) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 from adapter import workloads
 from shared import keys
 from shared.evidence import ParticipantResult, Workload
-from shared.result import ResultError, RunnerResult, parse_result
+from shared.result import RankResult, ResultError, RunnerResult, parse_result
 from shared.run import Participant, Verdict
 
 Obj = dict[str, Any]
@@ -158,9 +158,11 @@ def pod_workloads(pods: list[Obj]) -> list[Workload]:
 
 
 def collect_mpi(
-    participants: tuple[Participant, ...], workers: list[Obj], launcher_pods: list[Obj]
+    participants: tuple[Participant, ...], workers: list[Obj], launcher_pods: list[Obj], slots: int = 1
 ) -> tuple[list[ParticipantResult], RunnerResult | None, str]:
-    """One result per participant from an MPIJob's workers and its launcher's report.
+    """One result per participant from an MPIJob's workers and its launcher's report, each
+    participant bound to the ranks that ran on its own worker (``slots`` of them). For a
+    perNode check, call it once per participant with that participant's MPIJob only.
     Returns (results, the launcher's result or None, why there is none)."""
     launcher: RunnerResult | None = None
     why = "NoLauncher: no launcher Pod finished"
@@ -184,7 +186,9 @@ def collect_mpi(
         if not (launcher.exit_code == 0 and terminated.get("exitCode") == 0 and phase == "Succeeded"):
             reason = "InconsistentResult: the launcher reported Pass but its Pod did not succeed"
             launcher = launcher.model_copy(update={"verdict": Verdict.INCONCLUSIVE, "reason": reason})
-    ranks = {r.host: r for r in (launcher.launcher.ranks if launcher and launcher.launcher else [])}
+    ranks: dict[str, list[RankResult]] = {}
+    for rank in launcher.launcher.ranks if launcher and launcher.launcher else []:
+        ranks.setdefault(rank.host, []).append(rank)
     by_node: dict[str, list[Obj]] = {}
     for worker in workers:
         by_node.setdefault(worker.get("spec", {}).get("nodeName") or "", []).append(worker)
@@ -199,19 +203,39 @@ def collect_mpi(
         if launcher is None:
             results.append(_base(participant, Verdict.INCONCLUSIVE, why, worker))
             continue
-        rank = ranks.get(worker["metadata"]["name"])
-        if rank is None:
+        own = sorted(ranks.get(worker["metadata"]["name"], []), key=lambda r: r.rank)
+        failed = [r for r in own if r.exit_code != 0]
+        if not own:
             results.append(_base(participant, Verdict.INCONCLUSIVE, "MissingRank: no rank reported from it", worker))
-        elif rank.exit_code != 0:
-            results.append(
-                _base(participant, Verdict.FAIL, f"Failed: rank {rank.rank} exited {rank.exit_code}", worker)
-            )
+        elif failed:
+            listed = ", ".join(f"rank {r.rank} exited {r.exit_code}" for r in failed[:4])
+            results.append(_base(participant, Verdict.FAIL, f"Failed: {listed}", worker))
         elif launcher.verdict != Verdict.PASS:
             results.append(_base(participant, Verdict.INCONCLUSIVE, f"Launcher: {launcher.reason}", worker))
+        elif len(own) != slots:
+            reason = f"MissingRank: {len(own)} of {slots} ranks reported from it"
+            results.append(_base(participant, Verdict.INCONCLUSIVE, reason, worker))
         else:
+            numbers = ", ".join(str(r.rank) for r in own)
             results.append(
-                _base(participant, Verdict.PASS, f"Succeeded: rank {rank.rank} exited 0", worker).model_copy(
+                _base(participant, Verdict.PASS, f"Succeeded: rank(s) {numbers} exited 0", worker).model_copy(
                     update={"exit_code": 0}
                 )
             )
     return results, launcher, why
+
+
+def with_launcher_output(result: ParticipantResult, launcher: RunnerResult | None) -> ParticipantResult:
+    """A perNode participant's result carries its own launcher's measurements and output
+    tails (its local world's rank 0), as a Pod check's participant carries its Pod's."""
+    if launcher is None:
+        return result
+    return result.model_copy(
+        update={
+            "measurements": launcher.measurements,
+            "stdout": launcher.stdout,
+            "stderr": launcher.stderr,
+            "started_at": launcher.started_at,
+            "finished_at": launcher.finished_at,
+        }
+    )

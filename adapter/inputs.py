@@ -58,20 +58,31 @@ def _compact(participants: Any) -> list[tuple[int, str, str]]:
     return sorted((int(p["index"]), str(p["nodeName"]), str(p["nodeUID"])) for p in participants)
 
 
-def validate_against_run(inputs: Inputs, run: dict[str, Any] | None) -> None:
-    """Raise Refusal unless ``run`` is the live, uncancelled Run these inputs describe."""
+def ended(run: dict[str, Any]) -> bool:
+    """The Run is cancelled, terminal or being deleted: no check may start for it."""
+    phase = (run.get("status") or {}).get("phase", Phase.PENDING.value)
+    return bool(
+        (run.get("spec") or {}).get("cancel")
+        or run.get("metadata", {}).get("deletionTimestamp")
+        or phase in {p.value for p in TERMINAL_PHASES}
+    )
+
+
+def validate_against_run(inputs: Inputs, run: dict[str, Any] | None, *, allow_ended: bool = False) -> None:
+    """Raise Refusal unless ``run`` is the live, uncancelled Run these inputs describe
+    (``allow_ended``: cancelled, terminal or being deleted is accepted, for cleanup only)."""
     where = f"Run {inputs.run_namespace}/{inputs.run_name}"
     if run is None:
         raise Refusal(f"{where} does not exist; nothing to do (was it deleted?)")
     meta, spec, status = run.get("metadata", {}), run.get("spec", {}), run.get("status") or {}
     if meta.get("uid") != inputs.run_uid:
         raise Refusal(f"{where} has uid {meta.get('uid')}, not {inputs.run_uid}: it was replaced")
-    if meta.get("deletionTimestamp"):
+    if meta.get("deletionTimestamp") and not allow_ended:
         raise Refusal(f"{where} is being deleted")
-    if spec.get("cancel"):
+    if spec.get("cancel") and not allow_ended:
         raise Refusal(f"{where} is cancelled (spec.cancel is true)")
     phase = status.get("phase", Phase.PENDING.value)
-    if phase in {p.value for p in TERMINAL_PHASES}:
+    if phase in {p.value for p in TERMINAL_PHASES} and not allow_ended:
         raise Refusal(f"{where} is already {phase}")
     wanted = [(p.index, p.node_name, p.node_uid) for p in inputs.participants]
     if sorted(wanted) != _compact(spec.get("participants", [])):

@@ -6,19 +6,23 @@ as files under ``--output-dir``.
 Exit status: 0 when the check ran to a verdict (Pass, Fail or Inconclusive: the verdict is
 data, not a step failure); 2 when the adapter refused to act (missing, replaced, terminal
 or cancelled Run, parameters that disagree with the Run, workloads of another check still
-present); 1 on any other adapter error. A non-zero exit fails the step, so no later check
-starts; ``proceed`` keeps its default ``false``.
+present); 1 on any other adapter error; 3 when SIGTERM interrupted the check (Argo's
+Terminate, the suite deadline): its workloads were removed as after a finished check and its
+evidence (Inconclusive where unfinished) persisted first. A non-zero exit fails the step, so
+no later check starts; ``proceed`` keeps its default ``false``. The step Pod's termination
+grace period leaves time for that quiescence.
 """
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import structlog
 
-from adapter.check import Settings, run_check
+from adapter.check import Interrupted, Settings, run_check
 from adapter.inputs import Refusal, parse_inputs
 from adapter.workflow_template import OUTPUT_DIR
 from adapter.workloads import DEFAULT_RUNNER_IMAGE, DEFAULT_SSHD
@@ -27,6 +31,7 @@ from kubeio.errors import ApiError
 from kubeio.logs import configure_logging
 
 log = structlog.get_logger("signal-adapter")
+INTERRUPTED = 3
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,9 +75,13 @@ async def adapt(args: argparse.Namespace) -> int:
         start_grace_seconds=args.start_grace_seconds,
         quiesce_seconds=args.quiesce_seconds,
     )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(number, stop.set)
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-adapter")
     try:
-        report = await run_check(kube, inputs, settings)
+        report = await run_check(kube, inputs, settings, stop)
     finally:
         log.info("api requests", **kube.requests)
         await kube.close()
@@ -105,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refusal as exc:
         log.error("refusing to act", reason=str(exc))
         return 2
+    except Interrupted as exc:
+        log.error("interrupted; the step fails and no later check starts", reason=str(exc))
+        return INTERRUPTED
     except ApiError as exc:
         log.error("API request failed; the step fails and no later check starts", error=str(exc))
         return 1

@@ -1,15 +1,28 @@
 """The backend workloads of one check, as plain dicts. Pure; no I/O.
 
 Names are deterministic so a retried step finds (and adopts) what an earlier attempt
-created: Pods ``<run>-c<check index>-p<participant index>``; one MPIJob
-``sig-<12 hex of sha256(run uid)>-c<check index>`` (short, so that its workers'
+created: Pods ``<run>-c<check index>-p<participant index>``; a ``crossNode`` MPI check's
+one MPIJob ``sig-<12 hex of sha256(run uid)>-c<check index>``, a ``perNode`` one's MPIJob
+per participant ``...-c<check index>-p<participant index>`` (short, so that the workers'
 hostnames ``<job>-worker-<i>`` stay DNS labels).
 
-Every backend Pod: no API token, the Run's cordon tolerated, the check's deadline as
-``activeDeadlineSeconds``, the script mounted read-only from the Run's snapshot, a
+Every backend Pod: no API token, the Run's cordon and the check's own tolerations (the
+Nodes' taints an operator allowed) tolerated, a deadline (``activeDeadlineSeconds``: the
+check's for Pods and launchers, the check's plus a grace for MPI workers, so a worker never
+outlives a dead adapter for long), the script mounted read-only from the Run's snapshot, a
 restricted security context (non-root, no privilege escalation, all capabilities dropped,
 RuntimeDefault seccomp, read-only root filesystem) with only the capabilities and host
 network the check's workload policy allows, and Run, check and participant labels.
+
+Placement: a Pod check's Pod is bound with ``nodeName``, except when it names a Kueue queue:
+Kueue gates such Pods and the API server refuses a gated Pod with ``nodeName``, so it is
+placed by required node affinity on ``metadata.name`` instead. MPI launchers and workers are
+always placed by required node affinity on ``metadata.name``.
+
+MPI over SSH on a real cluster: the MPI operator mounts its key Secret at the runner user's
+``~/.ssh`` (``sshAuthMountPath``), the Pods' ``fsGroup`` lets that user read it, OpenMPI's
+session directory is on the writable scratch volume, and the launcher reaches the workers'
+non-root sshd on ``keys.SSHD_PORT`` (set in the runner image's ssh client configuration).
 """
 
 import hashlib
@@ -27,13 +40,16 @@ SCRIPT_DIR: Final = "/signal/scripts"
 SCRIPT_PATH: Final = f"{SCRIPT_DIR}/script"
 WORKDIR: Final = "/signal/work"
 TERMINATION_LOG: Final = "/dev/termination-log"
-RUN_AS_USER: Final = 65532
+RUN_AS_USER: Final = keys.RUNNER_UID
 MPI_API: Final = "kubeflow.org/v2beta1"
 MPI_JOB_LABEL: Final = "training.kubeflow.org/job-name"
 MPI_ROLE_LABEL: Final = "training.kubeflow.org/job-role"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 DEFAULT_RUNNER_IMAGE: Final = "projectsignal.dev/runner:0.1.0"
 DEFAULT_SSHD: Final = "/usr/sbin/sshd"
+NODE_NAME_FIELD: Final = "metadata.name"
+WORKER_GRACE_SECONDS: Final = 120
+"""How long an MPI worker may outlive the check's deadline (its launcher may start late)."""
 
 
 def deadline_seconds(check: Check) -> int:
@@ -51,8 +67,17 @@ def pod_name(inputs: Inputs, participant_index: int) -> str:
     return f"{inputs.run_name}-c{inputs.check_index}-p{participant_index}"
 
 
-def mpijob_name(inputs: Inputs) -> str:
-    return f"sig-{hashlib.sha256(inputs.run_uid.encode()).hexdigest()[:12]}-c{inputs.check_index}"
+def mpijob_name(inputs: Inputs, participant_index: int | None = None) -> str:
+    """The crossNode MPIJob's name, or (``participant_index``) a perNode one's."""
+    base = f"sig-{hashlib.sha256(inputs.run_uid.encode()).hexdigest()[:12]}-c{inputs.check_index}"
+    return base if participant_index is None else f"{base}-p{participant_index}"
+
+
+def mpijob_names(inputs: Inputs) -> list[tuple[str, int | None]]:
+    """(name, participant index or None) of every MPIJob of the check, in order."""
+    if inputs.check.mpi_scope == "crossNode":
+        return [(mpijob_name(inputs), None)]
+    return [(mpijob_name(inputs, p.index), p.index) for p in sorted(inputs.participants, key=lambda p: p.index)]
 
 
 def results_name(inputs: Inputs) -> str:
@@ -130,19 +155,37 @@ def _identity_env(inputs: Inputs) -> list[dict[str, Any]]:
     ]
 
 
-def _pod_spec(inputs: Inputs, container: dict[str, Any], *, deadline: bool = True) -> dict[str, Any]:
+def tolerations(inputs: Inputs) -> list[dict[str, Any]]:
+    """The Run's cordon, then the check's own tolerations (validated by the profile model)."""
+    own = [{"key": RESERVED_TAINT_KEY, "operator": "Equal", "value": inputs.run_uid, "effect": "NoSchedule"}]
+    for toleration in inputs.check.workload.tolerations:
+        entry = {"key": toleration.key, "operator": toleration.operator, "effect": toleration.effect}
+        if toleration.operator == "Equal":
+            entry["value"] = toleration.value
+        own.append(entry)
+    return own
+
+
+def node_affinity(nodes: list[str]) -> dict[str, Any]:
+    """Required node affinity on the Nodes' names (kubelets cannot change a Node's name)."""
+    term = {"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": list(nodes)}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def _pod_spec(inputs: Inputs, container: dict[str, Any], *, deadline: int | None = None) -> dict[str, Any]:
     check = inputs.check
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "hostNetwork": check.workload.host_network,
-        "tolerations": [
-            {"key": RESERVED_TAINT_KEY, "operator": "Equal", "value": inputs.run_uid, "effect": "NoSchedule"}
-        ],
+        "tolerations": tolerations(inputs),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": RUN_AS_USER,
+            # The MPI operator's key Secret is mounted root-owned; fsGroup lets the runner's
+            # user read it (ssh accepts a key it does not own that is group-readable).
+            "fsGroup": RUN_AS_USER,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
@@ -158,8 +201,7 @@ def _pod_spec(inputs: Inputs, container: dict[str, Any], *, deadline: bool = Tru
             {"name": "work", "emptyDir": {"sizeLimit": "1Gi"}},
         ],
     }
-    if deadline:
-        spec["activeDeadlineSeconds"] = deadline_seconds(check)
+    spec["activeDeadlineSeconds"] = deadline if deadline is not None else deadline_seconds(check)
     return spec
 
 
@@ -198,7 +240,11 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
     ]
     env = [*_identity_env(inputs), {"name": "SIGNAL_PARTICIPANT_INDEX", "value": str(participant_index)}]
     spec = _pod_spec(inputs, _container(inputs, image, args, env))
-    spec["nodeName"] = node_name
+    if inputs.check.workload.kueue_queue_name:
+        # Kueue gates the Pod; a gated Pod may not carry nodeName, so pin it by affinity.
+        spec["affinity"] = node_affinity([node_name])
+    else:
+        spec["nodeName"] = node_name
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -212,25 +258,46 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
     }
 
 
-def mpijob(inputs: Inputs, image: str, *, sshd: str = DEFAULT_SSHD) -> dict[str, Any]:
-    """One MPIJob: a launcher on participant 0's Node and exactly one worker per
-    participant, placed by required node affinity (the participants) and required pod
-    anti-affinity (one worker per Node). ``cleanPodPolicy: None`` keeps the workers
-    until the adapter has taken the evidence."""
-    name = mpijob_name(inputs)
-    nodes = [p.node_name for p in sorted(inputs.participants, key=lambda p: p.index)]
+def _mpi_env(inputs: Inputs) -> list[dict[str, Any]]:
+    """OpenMPI's session directory on the writable scratch volume (the root filesystem is
+    read-only). The workers' sshd port (``keys.SSHD_PORT``) is the runner image's ssh client
+    configuration's: the MPI operator appends its own ``OMPI_MCA_plm_rsh_args`` after the
+    template's env, so a port set here would be overridden."""
+    return [*_identity_env(inputs), {"name": "OMPI_MCA_orte_tmpdir_base", "value": WORKDIR}]
+
+
+def mpijob(
+    inputs: Inputs,
+    image: str,
+    *,
+    sshd: str = DEFAULT_SSHD,
+    participant_index: int | None = None,
+    worker_grace_seconds: int = WORKER_GRACE_SECONDS,
+) -> dict[str, Any]:
+    """One MPIJob. ``crossNode`` (``participant_index`` None): a launcher on participant
+    0's Node and exactly one worker per participant, placed by required node affinity (the
+    participants) and required pod anti-affinity (one worker per Node). ``perNode``
+    (``participant_index`` given): a launcher and one worker, both on that participant's
+    Node. ``slotsPerWorker`` ranks per worker. ``cleanPodPolicy: None`` keeps the workers
+    until the adapter has taken the evidence; their own deadline bounds them if it never
+    does."""
+    name = mpijob_name(inputs, participant_index)
+    ordered = sorted(inputs.participants, key=lambda p: p.index)
+    if participant_index is None:
+        nodes = [p.node_name for p in ordered]
+    else:
+        nodes = [next(p.node_name for p in ordered if p.index == participant_index)]
     labels = check_labels(inputs)
+    if participant_index is not None:
+        labels[keys.PARTICIPANT_LABEL] = str(participant_index)
     worker_labels = {**labels, MPI_ROLE_LABEL: "worker"}
-
-    def affinity(hosts: list[str]) -> dict[str, Any]:
-        term = {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": hosts}]}
-        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
-
+    env = _mpi_env(inputs)
+    worker_deadline = deadline_seconds(inputs.check) + worker_grace_seconds
     worker_spec = _pod_spec(
-        inputs, _container(inputs, image, ["worker", "--sshd", sshd], _identity_env(inputs)), deadline=False
+        inputs, _container(inputs, image, ["worker", "--sshd", sshd], env), deadline=worker_deadline
     )
     worker_spec["affinity"] = {
-        **affinity(nodes),
+        **node_affinity(nodes),
         "podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [
                 {
@@ -252,11 +319,13 @@ def mpijob(inputs: Inputs, image: str, *, sshd: str = DEFAULT_SSHD) -> dict[str,
         TERMINATION_LOG,
         "--hostfile",
         "/etc/mpi/hostfile",
+        "--slots",
+        str(inputs.check.slots_per_worker),
     ]
-    launcher_container = _container(inputs, image, launcher_args, _identity_env(inputs))
+    launcher_container = _container(inputs, image, launcher_args, env)
     launcher_container.pop("resources", None)
     launcher_spec = _pod_spec(inputs, launcher_container)
-    launcher_spec["affinity"] = affinity(nodes[:1])
+    launcher_spec["affinity"] = node_affinity(nodes[:1])
     return {
         "apiVersion": MPI_API,
         "kind": "MPIJob",
@@ -267,9 +336,10 @@ def mpijob(inputs: Inputs, image: str, *, sshd: str = DEFAULT_SSHD) -> dict[str,
             "ownerReferences": [run_owner(inputs)],
         },
         "spec": {
-            "slotsPerWorker": 1,
+            "slotsPerWorker": inputs.check.slots_per_worker,
             "mpiImplementation": "OpenMPI",
             "launcherCreationPolicy": "WaitForWorkersReady",
+            "sshAuthMountPath": keys.RUNNER_SSH_DIR,
             "runPolicy": {
                 "cleanPodPolicy": "None",
                 "backoffLimit": 0,
@@ -289,3 +359,8 @@ def mpijob(inputs: Inputs, image: str, *, sshd: str = DEFAULT_SSHD) -> dict[str,
             },
         },
     }
+
+
+def mpijobs(inputs: Inputs, image: str, *, sshd: str = DEFAULT_SSHD) -> list[dict[str, Any]]:
+    """Every MPIJob of the check: one (crossNode) or one per participant (perNode)."""
+    return [mpijob(inputs, image, sshd=sshd, participant_index=index) for _, index in mpijob_names(inputs)]

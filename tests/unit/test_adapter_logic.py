@@ -473,11 +473,7 @@ def test_mpijob_shape() -> None:
     terms = worker_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms == {
         "nodeSelectorTerms": [
-            {
-                "matchExpressions": [
-                    {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-000", "gpu-001", "gpu-002"]}
-                ]
-            }
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-000", "gpu-001", "gpu-002"]}]}
         ]
     }
     anti = worker_spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -487,7 +483,7 @@ def test_mpijob_shape() -> None:
             "topologyKey": "kubernetes.io/hostname",
         }
     ]
-    assert "activeDeadlineSeconds" not in worker_spec
+    assert worker_spec["activeDeadlineSeconds"] == 300 + workloads.WORKER_GRACE_SECONDS
     worker_container = container_of(worker_spec)
     assert worker_container["args"] == ["worker", "--sshd", "/opt/sshd"]
     assert worker_container["resources"]["limits"]["nvidia.com/gpu"] == "8"
@@ -495,7 +491,7 @@ def test_mpijob_shape() -> None:
     assert "SIGNAL_PARTICIPANT_INDEX" not in env_of(worker_container)
     launcher_spec = launcher["template"]["spec"]
     launcher_terms = launcher_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert launcher_terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["gpu-000"]
+    assert launcher_terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-000"]
     assert "podAntiAffinity" not in launcher_spec["affinity"]
     assert launcher_spec["activeDeadlineSeconds"] == 300
     launcher_container = container_of(launcher_spec)
@@ -513,7 +509,7 @@ def test_mpijob_affinity_follows_participant_indexes_not_input_order() -> None:
     job = workloads.mpijob(shuffled, "img")
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
     values = launcher["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert values["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["gpu-000"]
+    assert values["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-000"]
 
 
 def test_mpijob_default_sshd_and_no_optional_fields() -> None:

@@ -1,0 +1,182 @@
+"""The backend workloads' shapes for issue 11: the Nodes' own taints tolerated as the
+profile allows, Kueue-queued Pods placed by node affinity (never ``nodeName``), both MPI
+worlds (perNode: a launcher/worker pair per participant; crossNode: one world) with
+``slotsPerWorker`` ranks per Node, the SSH fields a real MPI operator needs, worker
+deadlines; and rank results bound to the participant whose worker ran them."""
+
+from typing import Any
+
+import pytest
+
+from adapter import workloads
+from adapter.collect import collect_mpi, with_launcher_output
+from shared import keys
+from shared.result import LauncherReport, RankResult
+from shared.run import Verdict
+from tests.unit.signal_builders import RUN_UID, make_inputs, make_pod, make_result, message_of, participants
+
+Obj = dict[str, Any]
+GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def mpi(count: int, **check: Any) -> Any:
+    return make_inputs(count, backend="MPIJob", **check)
+
+
+def pod_templates(job: Obj) -> list[Obj]:
+    return [job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"] for role in ("Launcher", "Worker")]
+
+
+def node_names(spec: Obj) -> list[str]:
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert len(terms) == 1
+    assert list(terms[0]) == ["matchFields"]
+    (field,) = terms[0]["matchFields"]
+    assert (field["key"], field["operator"]) == ("metadata.name", "In")
+    return list(field["values"])
+
+
+def test_backend_pods_tolerate_the_cordon_and_exactly_the_profiles_taints() -> None:
+    equal = {"key": "example.com/maintenance", "operator": "Equal", "value": "gpu", "effect": "NoExecute"}
+    inputs = make_inputs(2, workload={"tolerations": [GPU_TAINT, equal]})
+    cordon = {"key": keys.RESERVED_TAINT_KEY, "operator": "Equal", "value": RUN_UID, "effect": "NoSchedule"}
+    pod = workloads.backend_pod(inputs, 0, "gpu-000", "img")
+    assert pod["spec"]["tolerations"] == [cordon, GPU_TAINT, equal]
+    for spec in pod_templates(workloads.mpijob(mpi(2, workload={"tolerations": [GPU_TAINT]}), "img")):
+        assert spec["tolerations"] == [cordon, GPU_TAINT]
+    assert workloads.backend_pod(make_inputs(1), 0, "gpu-000", "img")["spec"]["tolerations"] == [cordon]
+
+
+def test_a_kueue_queued_pod_is_placed_by_node_affinity_never_node_name() -> None:
+    queued = workloads.backend_pod(make_inputs(2, workload={"kueueQueueName": "gpu"}), 1, "gpu-001", "img")
+    assert "nodeName" not in queued["spec"]
+    assert node_names(queued["spec"]) == ["gpu-001"]
+    assert queued["metadata"]["labels"][workloads.KUEUE_QUEUE_LABEL] == "gpu"
+    plain = workloads.backend_pod(make_inputs(2), 1, "gpu-001", "img")
+    assert plain["spec"]["nodeName"] == "gpu-001"
+    assert "affinity" not in plain["spec"]
+
+
+def test_pernode_is_the_default_one_launcher_worker_pair_per_participant_on_its_node() -> None:
+    inputs = mpi(3, gpuCount=8, mpi={"slotsPerWorker": 8})
+    jobs = workloads.mpijobs(inputs, "img")
+    assert [j["metadata"]["name"] for j in jobs] == [workloads.mpijob_name(inputs, i) for i in range(3)]
+    assert len({j["metadata"]["name"] for j in jobs}) == 3
+    for index, job in enumerate(jobs):
+        spec = job["spec"]
+        assert spec["slotsPerWorker"] == 8
+        assert spec["mpiReplicaSpecs"]["Worker"]["replicas"] == 1
+        assert job["metadata"]["labels"][keys.PARTICIPANT_LABEL] == str(index)
+        for template in pod_templates(job):
+            assert node_names(template) == [f"gpu-{index:03d}"], "launcher and worker on the participant's Node"
+        launcher = spec["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+        assert launcher["args"][launcher["args"].index("--slots") + 1] == "8"
+
+
+def test_crossnode_is_one_world_with_slots_per_worker_on_every_node() -> None:
+    inputs = mpi(2, gpuCount=4, mpi={"scope": "crossNode", "slotsPerWorker": 4})
+    (job,) = workloads.mpijobs(inputs, "img")
+    assert job["metadata"]["name"] == workloads.mpijob_name(inputs)
+    assert keys.PARTICIPANT_LABEL not in job["metadata"]["labels"]
+    assert job["spec"]["slotsPerWorker"] == 4
+    assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    launcher, worker = pod_templates(job)
+    assert node_names(launcher) == ["gpu-000"]
+    assert node_names(worker) == ["gpu-000", "gpu-001"]
+
+
+def test_mpi_pods_get_the_ssh_fields_a_real_operator_needs_and_workers_a_deadline() -> None:
+    job = workloads.mpijob(mpi(2, backendActiveDeadline="10m"), "img")
+    assert job["spec"]["sshAuthMountPath"] == keys.RUNNER_SSH_DIR == "/home/signal/.ssh"
+    assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "None", "workers stay until the evidence is taken"
+    launcher, worker = pod_templates(job)
+    for spec in (launcher, worker):
+        assert spec["securityContext"]["fsGroup"] == keys.RUNNER_UID, "the key Secret must be readable"
+        env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+        assert env["OMPI_MCA_orte_tmpdir_base"] == workloads.WORKDIR == env["TMPDIR"]
+        mounts = {m["mountPath"]: m for m in spec["containers"][0]["volumeMounts"]}
+        assert not mounts[workloads.WORKDIR].get("readOnly"), "OpenMPI's session directory must be writable"
+    assert launcher["activeDeadlineSeconds"] == 600
+    assert worker["activeDeadlineSeconds"] == 600 + workloads.WORKER_GRACE_SECONDS
+
+
+JOB = "sig-0123456789ab-c0"
+
+
+def worker(name: str, node: str, uid: str) -> Obj:
+    return make_pod(name, uid, node, labels={workloads.MPI_ROLE_LABEL: "worker"}, phase="Running", terminated=False)
+
+
+def launcher(job: str, node: str, ranks: list[tuple[int, str, int]], hosts: list[str], world: int) -> Obj:
+    report = LauncherReport.build(
+        hosts, [RankResult(rank=r, host=h, exit_code=c) for r, h, c in ranks], world_size=world, mpirun_exit_code=0
+    )
+    failed = any(c for _, _, c in ranks)
+    verdict = Verdict.FAIL if failed else Verdict.PASS
+    result = make_result(
+        verdict,
+        index=None,
+        role="launcher",
+        node=node,
+        pod_name=f"{job}-launcher",
+        pod_uid=f"{job}-launcher-uid",
+        exit_code=1 if failed else 0,
+        launcher=report,
+        measurements={"busbw": 123.0},
+    )
+    return make_pod(
+        f"{job}-launcher",
+        f"{job}-launcher-uid",
+        node,
+        labels={workloads.MPI_ROLE_LABEL: "launcher"},
+        phase="Failed" if failed else "Succeeded",
+        exit_code=1 if failed else 0,
+        message=message_of(result),
+    )
+
+
+def test_crossnode_ranks_are_bound_to_the_participant_whose_worker_ran_them() -> None:
+    hosts = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
+    ranks = [(0, hosts[0], 0), (1, hosts[1], 0), (2, hosts[0], 0), (3, hosts[1], 0)]
+    workers = [worker(hosts[0], "gpu-000", "w0"), worker(hosts[1], "gpu-001", "w1")]
+    results, report, _ = collect_mpi(participants(2), workers, [launcher(JOB, "gpu-000", ranks, hosts, 4)], 2)
+    assert report is not None
+    assert [(r.index, r.verdict, r.reason) for r in results] == [
+        (0, Verdict.PASS, "Succeeded: rank(s) 0, 2 exited 0"),
+        (1, Verdict.PASS, "Succeeded: rank(s) 1, 3 exited 0"),
+    ]
+    failing = [(0, hosts[0], 0), (1, hosts[1], 0), (2, hosts[0], 0), (3, hosts[1], 9)]
+    results, _, _ = collect_mpi(participants(2), workers, [launcher(JOB, "gpu-000", failing, hosts, 4)], 2)
+    assert [(r.verdict, r.reason) for r in results] == [
+        (Verdict.INCONCLUSIVE, f"Launcher: {Verdict.FAIL.value} reason"),
+        (Verdict.FAIL, "Failed: rank 3 exited 9"),
+    ]
+
+
+def test_a_participant_with_fewer_ranks_than_slots_is_never_pass() -> None:
+    hosts = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
+    # The launcher claims Pass, but worker 1 ran one rank of two: its participant is not proven.
+    ranks = [(0, hosts[0], 0), (1, hosts[1], 0), (2, hosts[0], 0), (3, hosts[0], 0)]
+    workers = [worker(hosts[0], "gpu-000", "w0"), worker(hosts[1], "gpu-001", "w1")]
+    results, _, _ = collect_mpi(participants(2), workers, [launcher(JOB, "gpu-000", ranks, hosts, 4)], 2)
+    assert results[1].verdict == Verdict.INCONCLUSIVE
+    assert results[1].reason == "MissingRank: 1 of 2 ranks reported from it"
+
+
+@pytest.mark.parametrize("failing", [None, 1])
+def test_pernode_each_participant_gets_its_verdict_from_its_own_launcher(failing: int | None) -> None:
+    everyone = participants(2)
+    results = []
+    for p in everyone:
+        job = f"{JOB}-p{p.index}"
+        host = f"{job}-worker-0"
+        code = 5 if p.index == failing else 0
+        ranks = [(r, host, code if r == 1 else 0) for r in range(4)]
+        own, report, _ = collect_mpi(
+            (p,), [worker(host, p.node_name, f"w{p.index}")], [launcher(job, p.node_name, ranks, [host], 4)], 4
+        )
+        results += [with_launcher_output(r, report) for r in own]
+    expected = [Verdict.PASS, Verdict.FAIL if failing == 1 else Verdict.PASS]
+    assert [r.verdict for r in results] == expected, "one Node's failure proves nothing about another's"
+    assert [r.workload for r in results] == [f"{JOB}-p0-worker-0", f"{JOB}-p1-worker-0"]
+    assert results[0].measurements == {"busbw": 123.0}, "its own local world's rank 0 measurements"
