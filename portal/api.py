@@ -4,9 +4,17 @@ one Node), /api/v1/openapi.json, /healthz, /readyz, /metrics; and the dashboard
 (portal/index.py) and ask the authorizer which workspaces the caller sees.
 
 A result in a workspace the caller may not see answers exactly like one that does not exist
-(404, the same message), and listings never count or hint at invisible results.
+(404, the same message), and listings never count or hint at invisible results. Node health
+and registered checks without a visible result are shown only to callers who may list Nodes
+and profiles (portal/auth.py decides the caller's ``Sight``).
+
+Every response (API, errors, dashboard, 404s) carries the dashboard's Content Security Policy
+(``frame-ancestors 'none'``), ``X-Content-Type-Options: nosniff`` and ``no-referrer``; API
+answers ``Cache-Control: no-store``; HTTPS answers HSTS. Credentials are never accepted in a
+URL: a ``token`` or ``access_token`` query parameter is refused (400) on every path.
 """
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -18,15 +26,17 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubeio.errors import ApiError
 from portal import dashboard, metrics
-from portal.auth import ALL, Authorizer, Unauthenticated
-from portal.index import Filters, Index, Visible, render_page
+from portal.auth import Authorizer, TooManyFailures, Unauthenticated
+from portal.index import Filters, Index, render_page
 from portal.openapi import DEFAULT_FLEET_ROWS, DEFAULT_LIMIT, MAX_FLEET_ROWS, MAX_LIMIT, document
 from portal.pagination import TokenError, decode_token, encode_token
+from portal.sight import Sight
 from shared.envelope import ENVELOPE_SCHEMA, State, parse_id
 
 log = structlog.get_logger("portal.api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_PARAM = 253
+URL_CREDENTIALS = frozenset({"token", "access_token", "bearer", "authorization"})
 
 
 class IndexSource(Protocol):
@@ -55,6 +65,13 @@ async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse
     began = time.perf_counter()
     code = 500
     try:
+        if URL_CREDENTIALS & {name.lower() for name in request.query}:
+            raise ApiProblem(
+                400,
+                "CredentialsInURL",
+                "credentials are never accepted in a URL (they end up in logs and browser history); "
+                "send them as an Authorization: Bearer header instead, and revoke the token you put in the URL",
+            )
         response = await handler(request)
         code = response.status
         return response
@@ -65,6 +82,12 @@ async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse
         code = 401
         response = _error(401, "Unauthorized", str(exc))
         response.headers["WWW-Authenticate"] = 'Bearer realm="signal-portal"'
+        return response
+    except TooManyFailures as exc:
+        code = 429
+        metrics.AUTH_LIMITED.inc()
+        response = _error(429, "TooManyRequests", str(exc))
+        response.headers["Retry-After"] = str(max(1, round(exc.retry_after)))
         return response
     except ApiError as exc:
         code = 503
@@ -78,23 +101,30 @@ async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse
         metrics.LATENCY.labels(route).observe(time.perf_counter() - began)
 
 
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every response, whatever produced it (handlers, errors, aiohttp's own 404s)."""
+    for name, value in dashboard.SECURITY_HEADERS.items():
+        if name != "Cache-Control":
+            response.headers[name] = value
+    response.headers.setdefault("Cache-Control", "no-store")  # the dashboard's assets say no-cache
+    if request.secure:
+        response.headers["Strict-Transport-Security"] = "max-age=31536000"
+
+
 class Api:
     def __init__(self, source: IndexSource, authorizer: Authorizer) -> None:
         self.source = source
         self.authorizer = authorizer
         self._openapi = json.dumps(document()).encode()
 
-    async def _visible(self, request: web.Request, index: Index) -> Visible:
-        caller = await self.authorizer.caller(request.headers.get("Authorization"))
-        allowed = await self.authorizer.visible(caller, index.workspaces)
-        if ALL in allowed:
-            return lambda _workspace: True
-        return allowed.__contains__
+    async def _sight(self, request: web.Request, index: Index) -> Sight:
+        caller = await self.authorizer.caller(request.headers.get("Authorization"), request.remote or "")
+        return await self.authorizer.sight(caller, index.workspaces)
 
     async def checks(self, request: web.Request) -> web.Response:
         index = self.source.index
-        visible = await self._visible(request, index)
-        return web.json_response({"apiVersion": "v1", "items": index.visible_checks(visible)})
+        sight = await self._sight(request, index)
+        return web.json_response({"apiVersion": "v1", "items": index.visible_checks(sight)})
 
     async def results(self, request: web.Request) -> web.Response:
         query = request.query
@@ -112,8 +142,8 @@ class Api:
             except TokenError as exc:
                 raise ApiProblem(400, "BadRequest", str(exc)) from exc
         index = self.source.index
-        visible = await self._visible(request, index)
-        entries, more = index.page(filters, visible, after=after, limit=limit)
+        sight = await self._sight(request, index)
+        entries, more = index.page(filters, sight.workspace, after=after, limit=limit)
         token = encode_token(entries[-1].key) if more and entries else None
         body = (
             b'{"apiVersion":"v1","schema":"'
@@ -129,16 +159,18 @@ class Api:
     async def fleet(self, request: web.Request) -> web.Response:
         rows = _bounded(request.query.get("rows"), "rows", 0, MAX_FLEET_ROWS, DEFAULT_FLEET_ROWS)
         index = self.source.index
-        visible = await self._visible(request, index)
-        body = b'{"apiVersion":"v1","schema":"' + ENVELOPE_SCHEMA.encode() + b'","items":' + index.fleet(visible, rows)
-        return web.Response(body=body + b"}", content_type="application/json")
+        sight = await self._sight(request, index)
+        # Slicing a large fleet is CPU-bound: off the event loop, so other requests go on.
+        members = await asyncio.to_thread(index.fleet, sight, rows)
+        body = b'{"apiVersion":"v1","schema":"' + ENVELOPE_SCHEMA.encode() + b'",' + members + b"}"
+        return web.Response(body=body, content_type="application/json")
 
     async def result(self, request: web.Request) -> web.Response:
         key = parse_id(request.match_info["id"])
         index = self.source.index
-        visible = await self._visible(request, index)
+        sight = await self._sight(request, index)
         entry = index.get(key) if key else None
-        if entry is None or not visible(entry.key[0]):
+        if entry is None or not sight.workspace(entry.key[0]):
             raise NOT_FOUND
         full: dict[str, Any] = json.loads(entry.summary)
         full["detailsSchema"] = entry.details_schema
@@ -148,8 +180,8 @@ class Api:
     async def node(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         index = self.source.index
-        visible = await self._visible(request, index)
-        summary = index.node_summary(name, visible) if len(name) <= MAX_PARAM else None
+        sight = await self._sight(request, index)
+        summary = index.node_summary(name, sight) if len(name) <= MAX_PARAM else None
         if summary is None:
             raise ApiProblem(404, "NotFound", "no such Node")
         return web.json_response(summary)
@@ -204,6 +236,7 @@ def _bounded(value: str | None, name: str, low: int, high: int, default: int) ->
 def make_app(source: IndexSource, authorizer: Authorizer) -> web.Application:
     api = Api(source, authorizer)
     app = web.Application(middlewares=[_observe])
+    app.on_response_prepare.append(_security_headers)
     app.add_routes(
         [
             web.get("/api/v1/checks", api.checks),

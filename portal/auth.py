@@ -1,34 +1,56 @@
-"""Who is calling and which workspaces (namespaces) they may see.
+"""Who is calling and what they may see.
 
-``sar``: the caller's Bearer token goes to a TokenReview (user, groups); for each workspace a
-SubjectAccessReview asks whether that user may ``list certificationruns.projectsignal.dev``
-there. Answers are cached briefly (``ttl``) by a hash of the token and by (user, workspace).
-``none``: every request sees every workspace (local use only). The portal's own identity
-creates these reviews and nothing else.
+``sar``: the caller's Bearer token goes to a TokenReview **for the portal's audience**
+(``--audience``, default ``signal-portal``), so a token minted for the API server or for any
+other audience is refused (and a token minted for the portal is useless against the API
+server). For each workspace (namespace) a SubjectAccessReview asks whether that user may
+``list certificationruns.projectsignal.dev`` there; two cluster-wide reviews decide whether
+the caller may see Node health (``list nodes``) and the registered checks of profiles they
+have no result of (``list certificationprofiles.projectsignal.dev``).
+
+Answers are cached briefly (``ttl``) in bounded LRU caches, by a hash of the token and by
+(user, question). Failed authentications are rate-limited per client address
+(``FailureLimiter``): once an address has spent its budget, a token the portal has not seen
+gets 429 without a TokenReview, so garbage tokens cannot flood the API server (tokens already
+cached as valid keep working). ``none``: every request sees
+everything (local use only). The portal's own identity creates these reviews and nothing else.
 """
 
 import asyncio
 import hashlib
 import time
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
 from kubeio.client import Kube
 from kubeio.errors import ApiError
 from portal import metrics
+from portal.sight import ALL, EVERYTHING, Sight
 from shared import keys
 
 log = structlog.get_logger("portal.auth")
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
-ALL = "*"
+DEFAULT_AUDIENCE = "signal-portal"
+MAX_TOKEN = 8192
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Unauthenticated(Exception):
     """No usable credentials (HTTP 401)."""
+
+
+class TooManyFailures(Exception):
+    """This client address failed to authenticate too often (HTTP 429)."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__("too many failed authentications from this address; try again later")
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -40,72 +62,146 @@ class Caller:
 
 
 class Authorizer(Protocol):
-    async def caller(self, authorization: str | None) -> Caller: ...
+    async def caller(self, authorization: str | None, remote: str = "") -> Caller: ...
 
-    async def visible(self, caller: Caller, workspaces: Iterable[str]) -> frozenset[str]:
-        """The subset of ``workspaces`` the caller may see (or {ALL})."""
+    async def sight(self, caller: Caller, workspaces: Iterable[str]) -> Sight:
+        """What the caller may see, given the workspaces that have results."""
         ...
 
 
 class OpenAccess:
     """``--auth none``: everyone sees everything."""
 
-    async def caller(self, authorization: str | None) -> Caller:
+    async def caller(self, authorization: str | None, remote: str = "") -> Caller:
         return Caller("anonymous")
 
-    async def visible(self, caller: Caller, workspaces: Iterable[str]) -> frozenset[str]:
-        return frozenset({ALL})
+    async def sight(self, caller: Caller, workspaces: Iterable[str]) -> Sight:
+        return EVERYTHING
+
+
+class Lru(Generic[K, V]):
+    """A bounded least-recently-used map whose entries expire."""
+
+    def __init__(self, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries = max_entries
+        self.clock = clock
+        self._items: OrderedDict[K, tuple[float, V]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get(self, key: K) -> tuple[bool, V | None]:
+        held = self._items.get(key)
+        if held is None:
+            return False, None
+        if held[0] <= self.clock():
+            del self._items[key]
+            return False, None
+        self._items.move_to_end(key)
+        return True, held[1]
+
+    def put(self, key: K, value: V, ttl: float) -> None:
+        self._items[key] = (self.clock() + ttl, value)
+        self._items.move_to_end(key)
+        while len(self._items) > self.max_entries:
+            self._items.popitem(last=False)
+
+
+class FailureLimiter:
+    """A token bucket of failed authentications per client address: ``burst`` failures at
+    once, refilled at ``per_second``; at most ``max_addresses`` buckets (LRU)."""
+
+    def __init__(
+        self,
+        *,
+        burst: float = 20,
+        per_second: float = 1.0,
+        max_addresses: int = 10000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.burst, self.per_second, self.clock = burst, per_second, clock
+        self._buckets: Lru[str, tuple[float, float]] = Lru(max_addresses, clock)
+
+    def _level(self, remote: str) -> float:
+        found, held = self._buckets.get(remote)
+        if not found or held is None:
+            return self.burst
+        level, since = held
+        return min(self.burst, level + (self.clock() - since) * self.per_second)
+
+    def check(self, remote: str) -> None:
+        """Raise TooManyFailures when ``remote`` has no failure left to spend."""
+        level = self._level(remote)
+        if level < 1:
+            raise TooManyFailures((1 - level) / self.per_second)
+
+    def failed(self, remote: str) -> None:
+        level = max(0.0, self._level(remote) - 1)
+        self._buckets.put(remote, (level, self.clock()), ttl=self.burst / self.per_second + 1)
 
 
 class ReviewAccess:
-    """``--auth sar``: TokenReview and SubjectAccessReview against the API server."""
+    """``--auth sar``: TokenReview (for ``audience``) and SubjectAccessReview against the API server."""
 
-    def __init__(self, kube: Kube, *, ttl: float = 10.0, max_entries: int = 10000) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        audience: str = DEFAULT_AUDIENCE,
+        ttl: float = 10.0,
+        max_entries: int = 10000,
+        limiter: FailureLimiter | None = None,
+    ) -> None:
         self.kube = kube
+        self.audience = audience
         self.ttl = ttl
-        self.max_entries = max_entries
-        self._tokens: dict[str, tuple[float, Caller | None]] = {}
-        self._access: dict[tuple[Caller, str], tuple[float, bool]] = {}
+        self.tokens: Lru[str, Caller | None] = Lru(max_entries)
+        self.access: Lru[tuple[Caller, str, str], bool] = Lru(max_entries)
+        self.limiter = limiter or FailureLimiter()
 
-    def _trim(self, cache: dict[Any, Any]) -> None:
-        if len(cache) > self.max_entries:
-            cache.clear()
-
-    async def caller(self, authorization: str | None) -> Caller:
+    async def caller(self, authorization: str | None, remote: str = "") -> Caller:
         scheme, _, token = (authorization or "").partition(" ")
         token = token.strip()
-        if scheme.lower() != "bearer" or not token or len(token) > 8192:
-            raise Unauthenticated("a Bearer token is required")
+        if scheme.lower() != "bearer" or not token or len(token) > MAX_TOKEN:
+            raise Unauthenticated("a Bearer token is required (Authorization: Bearer <token>)")
         digest = hashlib.sha256(token.encode()).hexdigest()
-        now = time.monotonic()
-        cached = self._tokens.get(digest)
-        if cached and cached[0] > now:
-            found = cached[1]
-        else:
+        cached, found = self.tokens.get(digest)
+        if not cached:
+            self.limiter.check(remote)  # only a new token costs the API server a review
             found = await self._review_token(token)
-            self._trim(self._tokens)
-            self._tokens[digest] = (now + self.ttl, found)
+            self.tokens.put(digest, found, self.ttl)
+            if found is None:
+                self.limiter.failed(remote)
         if found is None:
-            raise Unauthenticated("the token was not accepted")
+            raise Unauthenticated(
+                f"the token was not accepted for audience {self.audience!r}; "
+                f"mint one with `kubectl create token SERVICEACCOUNT --audience {self.audience}`"
+            )
         return found
 
     async def _review_token(self, token: str) -> Caller | None:
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}}
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [self.audience]},
+        }
         metrics.AUTH_REVIEWS.labels("TokenReview").inc()
         answer = await self.kube.request("POST", TOKEN_REVIEWS, body=body)
         status = answer.get("status") or {}
-        if not status.get("authenticated"):
+        # The API server names the audiences the token is valid for among those asked: an
+        # answer without ours (an older server ignoring spec.audiences) is not an acceptance.
+        if not status.get("authenticated") or self.audience not in (status.get("audiences") or []):
             return None
         user = status.get("user") or {}
         extra = tuple(sorted((k, tuple(v)) for k, v in (user.get("extra") or {}).items()))
         return Caller(str(user.get("username", "")), str(user.get("uid", "")), tuple(user.get("groups") or ()), extra)
 
-    async def _allowed(self, caller: Caller, namespace: str) -> bool:
-        now = time.monotonic()
-        cached = self._access.get((caller, namespace))
-        if cached and cached[0] > now:
-            return cached[1]
-        attributes = {"verb": "list", "group": keys.GROUP, "resource": keys.RUN_PLURAL}
+    async def _allowed(self, caller: Caller, resource: str, namespace: str) -> bool:
+        cached, answer = self.access.get((caller, resource, namespace))
+        if cached:
+            return bool(answer)
+        group, _, plural = resource.rpartition("/")
+        attributes = {"verb": "list", "group": group, "resource": plural}
         if namespace != ALL:
             attributes["namespace"] = namespace
         spec: dict[str, Any] = {
@@ -120,18 +216,23 @@ class ReviewAccess:
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
         metrics.AUTH_REVIEWS.labels("SubjectAccessReview").inc()
         try:
-            answer = await self.kube.request("POST", ACCESS_REVIEWS, body=body)
-            allowed = bool((answer.get("status") or {}).get("allowed"))
+            review = await self.kube.request("POST", ACCESS_REVIEWS, body=body)
+            allowed = bool((review.get("status") or {}).get("allowed"))
         except ApiError as exc:
             log.warning("subject access review failed", status=exc.status)
             return False  # fail closed, and do not cache
-        self._trim(self._access)
-        self._access[(caller, namespace)] = (now + self.ttl, allowed)
+        self.access.put((caller, resource, namespace), allowed, self.ttl)
         return allowed
 
-    async def visible(self, caller: Caller, workspaces: Iterable[str]) -> frozenset[str]:
-        if await self._allowed(caller, ALL):
-            return frozenset({ALL})
+    async def sight(self, caller: Caller, workspaces: Iterable[str]) -> Sight:
+        runs = f"{keys.GROUP}/{keys.RUN_PLURAL}"
+        everywhere, nodes, profiles = await asyncio.gather(
+            self._allowed(caller, runs, ALL),
+            self._allowed(caller, "/nodes", ALL),
+            self._allowed(caller, f"{keys.GROUP}/{keys.PROFILE_PLURAL}", ALL),
+        )
+        if everywhere:
+            return Sight(frozenset({ALL}), nodes, profiles)
         names = sorted(set(workspaces))
-        answers = await asyncio.gather(*(self._allowed(caller, ns) for ns in names))
-        return frozenset(ns for ns, ok in zip(names, answers, strict=True) if ok)
+        answers = await asyncio.gather(*(self._allowed(caller, runs, ns) for ns in names))
+        return Sight(frozenset(ns for ns, ok in zip(names, answers, strict=True) if ok), nodes, profiles)

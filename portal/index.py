@@ -4,7 +4,8 @@ portal/sources.py and swapped atomically, queried by portal/api.py. Pure; no I/O
 Results are kept sorted by their key (workspace, Node, profile, check, Run uid); each entry
 holds its envelope pre-serialised (without ``details``, which is shared per check and only
 served in the detail view), so a page is a slice and a join. Visibility (the caller's
-authorized workspaces) is applied to every query; nothing outside it is counted or hinted.
+sight: authorized workspaces, and whether they may list Nodes and profiles) is applied to every
+query; nothing outside it is counted or hinted.
 """
 
 import bisect
@@ -15,7 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from portal.health import NodeHealth
 from portal.pagination import Key
+from portal.sight import Sight
 from shared.envelope import State, ValidationResult
 
 Visible = Callable[[str], bool]
@@ -112,8 +115,12 @@ class Index:
     checks: list[RegisteredCheck] = field(default_factory=list)
     node_uids: Mapping[str, str] = field(default_factory=dict)
     built_at: datetime | None = None
+    nodes: Mapping[str, NodeHealth] = field(default_factory=dict)
+    """Fleet health and capacity per Node name (portal/health.py)."""
 
     def __post_init__(self) -> None:
+        """Everything a query needs, computed once per snapshot (portal/sources.py builds
+        snapshots off the event loop): queries only slice it by the caller's sight."""
         self.entries = sorted(self.entries, key=lambda e: e.key)
         self._keys = [e.key for e in self.entries]
         self._by_node: dict[str, list[Entry]] = {}
@@ -121,12 +128,28 @@ class Index:
             self._by_node.setdefault(entry.key[1], []).append(entry)
         self.workspaces = frozenset(e.key[0] for e in self.entries)
         self._types: dict[str, set[tuple[str, str]]] = {}
-        self._spans: dict[str, tuple[int, int]] = {}
-        for position, entry in enumerate(self.entries):
-            self._types.setdefault(entry.key[0], set()).add((entry.key[2], entry.key[3]))
-            first, _ = self._spans.get(entry.key[0], (position, position))
-            self._spans[entry.key[0]] = (first, position + 1)
-        self._fleets: dict[tuple[frozenset[str], int], bytes] = {}
+        # Per check type: per Node, the newest result of each workspace, newest first; and
+        # how many results each workspace has. The fleet view of any set of workspaces is a
+        # slice of these.
+        newest: dict[str, dict[str, dict[str, Entry]]] = {}
+        self._totals: dict[str, dict[str, int]] = {}
+        for entry in self.entries:
+            workspace, node = entry.key[0], entry.key[1]
+            self._types.setdefault(workspace, set()).add((entry.key[2], entry.key[3]))
+            totals = self._totals.setdefault(entry.check_type, {})
+            totals[workspace] = totals.get(workspace, 0) + 1
+            per_workspace = newest.setdefault(entry.check_type, {}).setdefault(node, {})
+            held = per_workspace.get(workspace)
+            if held is None or _newer(entry, held):
+                per_workspace[workspace] = entry
+        self._newest: dict[str, dict[str, list[Entry]]] = {
+            check_type: {
+                node: sorted(found.values(), key=lambda e: (e.created, e.key[4]), reverse=True)
+                for node, found in per_node.items()
+            }
+            for check_type, per_node in newest.items()
+        }
+        self._fleets: dict[tuple[frozenset[str], bool, bool, int], bytes] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -166,11 +189,22 @@ class Index:
     def node_entries(self, node: str, visible: Visible) -> list[Entry]:
         return [e for e in self._by_node.get(node, []) if visible(e.key[0])]
 
-    def node_summary(self, node: str, visible: Visible) -> dict[str, Any] | None:
-        """Per check type, the state of the newest visible result; registered checks without
-        a visible result are Unknown. None when the Node is unknown and has no visible result."""
-        mine = self.node_entries(node, visible)
-        if not mine and node not in self.node_uids:
+    def health(self, node: str, sight: Sight) -> dict[str, Any] | None:
+        """The Node's health as the caller may see it: None without the right to list Nodes.
+        The Run holding the Node is named only to a caller who sees that Run's workspace."""
+        found = self.nodes.get(node) if sight.nodes else None
+        if found is None:
+            return None
+        return found.to_json(show_run=found.held is not None and sight.workspace(found.held.run_namespace))
+
+    def node_summary(self, node: str, sight: Sight) -> dict[str, Any] | None:
+        """Per check type, the state of the newest visible result, beside the Node's health.
+        Registered checks without a visible result are Unknown (listed only to a caller who
+        may list profiles). None (404) when the caller sees no result of the Node and may not
+        list Nodes, or the Node neither exists nor has a visible result."""
+        mine = self.node_entries(node, sight.workspace)
+        exists = node in self.node_uids or node in self.nodes
+        if not mine and not (sight.nodes and exists):
             return None
         newest: dict[str, Entry] = {}
         for entry in mine:
@@ -179,7 +213,8 @@ class Index:
                 newest[entry.check_type] = entry
         rows = []
         registered = {c.id for c in self.checks}
-        for check_id in sorted(registered | set(newest)):
+        shown = set(newest) | (registered if sight.profiles else set())
+        for check_id in sorted(shown):
             latest = newest.get(check_id)
             profile, name = check_id.split("/", 1)
             row: dict[str, Any] = {"check": check_id, "profile": profile, "name": name}
@@ -190,55 +225,73 @@ class Index:
                 summary = json.loads(latest.summary)
                 row.update(state=latest.state, reason=summary["reason"], resultId=summary["id"], result=summary)
             rows.append(row)
-        return {"node": node, "uid": self.node_uids.get(node), "checks": rows}
+        uid = self.node_uids.get(node) or (self.nodes[node].uid if node in self.nodes else None)
+        return {
+            "node": node,
+            "uid": uid if sight.nodes else None,
+            "health": self.health(node, sight),
+            "checks": rows,
+        }
 
-    def fleet(self, visible: Visible, rows: int) -> bytes:
-        """The fleet view as a JSON array, one item per visible check (as ``visible_checks``):
-        per Node, its newest visible result of that check; how many Nodes are in each state;
-        and the first ``rows`` of those results, worst state first, then by Node name. One
-        answer from one snapshot, cached per set of visible workspaces: a dashboard polls it
-        instead of walking every page of results."""
-        seen = frozenset(w for w in self.workspaces if visible(w))
-        cached = self._fleets.get((seen, rows))
+    def fleet(self, sight: Sight, rows: int) -> bytes:
+        """The fleet view as the JSON members ``"items":[...],"nodes":{...}``: one item per
+        visible check (as ``visible_checks``) with, per Node, its newest visible result of
+        that check; how many Nodes are in each state; the first ``rows`` of those results,
+        worst state first, then by Node name; and the health of the Nodes in those rows (to a
+        caller who may list Nodes). A slice of what the snapshot precomputed, cached per sight;
+        CPU-bound at fleet scale, so portal/api.py calls it off the event loop."""
+        seen = frozenset(w for w in self.workspaces if sight.workspace(w))
+        cache_key = (seen, sight.nodes, sight.profiles, rows)
+        cached = self._fleets.get(cache_key)
         if cached is not None:
             return cached
-        newest: dict[str, dict[str, Entry]] = {}
-        totals: dict[str, int] = {}
-        for workspace in seen:
-            first, end = self._spans[workspace]
-            for position in range(first, end):
-                entry = self.entries[position]
-                check_type = entry.check_type
-                totals[check_type] = totals.get(check_type, 0) + 1
-                per_node = newest.setdefault(check_type, {})
-                held = per_node.get(entry.key[1])
-                if held is None or _newer(entry, held):
-                    per_node[entry.key[1]] = entry
+        everything = seen == self.workspaces
         items = []
-        for check in self.visible_checks(seen.__contains__):
-            per_node = newest.get(check["id"], {})
+        shown: set[str] = set()
+        for check in self.visible_checks(sight):
+            per_node: list[Entry] = []
+            for candidates in self._newest.get(check["id"], {}).values():
+                if everything:
+                    per_node.append(candidates[0])
+                    continue
+                chosen = next((e for e in candidates if e.key[0] in seen), None)
+                if chosen is not None:
+                    per_node.append(chosen)
             counts = {state.value: 0 for state in State}
-            for entry in per_node.values():
+            for entry in per_node:
                 counts[entry.state] += 1
-            worst = heapq.nsmallest(rows, per_node.values(), key=lambda e: (FLEET_ORDER[e.state], e.key[1]))
-            head = {"check": check, "nodes": len(per_node), "results": totals.get(check["id"], 0), "counts": counts}
+            worst = heapq.nsmallest(rows, per_node, key=lambda e: (FLEET_ORDER[e.state], e.key[1]))
+            shown.update(e.key[1] for e in worst)
+            totals = self._totals.get(check["id"], {})
+            results = sum(n for w, n in totals.items() if w in seen)
+            head = {"check": check, "nodes": len(per_node), "results": results, "counts": counts}
             items.append(json.dumps(head).encode()[:-1] + b',"rows":' + render_page(worst) + b"}")
-        body = b"[" + b",".join(items) + b"]"
+        health = {name: self.health(name, sight) for name in sorted(shown)} if sight.nodes else {}
+        nodes = json.dumps({k: v for k, v in health.items() if v is not None}).encode()
+        body = b'"items":[' + b",".join(items) + b'],"nodes":' + nodes
         if len(self._fleets) >= FLEET_CACHE:
             self._fleets.clear()
-        self._fleets[(seen, rows)] = body
+        self._fleets[cache_key] = body
         return body
 
-    def visible_checks(self, visible: Visible) -> list[dict[str, Any]]:
-        """Registered checks, plus check types that only have (visible) results."""
-        rows = {c.id: c.to_json() for c in self.checks}
+    def visible_checks(self, sight: Sight) -> list[dict[str, Any]]:
+        """Check types with visible results; and, to a caller who may list profiles, every
+        registered check (without one, a registered check the caller has no result of stays
+        unnamed)."""
+        registered = {c.id: c.to_json() for c in self.checks}
+        rows = dict(registered) if sight.profiles else {}
         for workspace, types in self._types.items():
-            if not visible(workspace):
+            if not sight.workspace(workspace):
                 continue
             for profile, name in types:
                 check_id = f"{profile}/{name}"
                 if check_id not in rows:
-                    rows[check_id] = {"id": check_id, "profile": profile, "name": name, "registered": False}
+                    rows[check_id] = registered.get(check_id) or {
+                        "id": check_id,
+                        "profile": profile,
+                        "name": name,
+                        "registered": False,
+                    }
         return [rows[k] for k in sorted(rows)]
 
 

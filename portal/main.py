@@ -1,24 +1,34 @@
 """``signal-portal``: the read-only validation-result portal.
 
-    signal-portal [--kubeconfig FILE] [--namespace NS ...] [--port 8080] [--auth sar|none]
-                  [--freshness 7d] [--cluster NAME]
+    signal-portal [--kubeconfig FILE] [--namespace NS ...] [--host ADDR] [--port 8080]
+                  [--auth sar|none] [--audience signal-portal]
+                  [--tls-cert-file FILE --tls-key-file FILE] [--cluster NAME]
 
 It reads Runs (in the given namespaces, or all), profiles, Nodes and evidence with its own
 identity (in a Pod: its ServiceAccount; else the kubeconfig) and serves the API of
-portal/api.py. ``--freshness`` is the window after which a verified result is Stale for
-profiles without a ``recurrence.interval`` (which wins when set); it takes Go-style
-durations plus days (``7d``, ``36h``, ``90m``). ``--auth none`` skips authentication and
-authorization: for local use only (a warning is logged).
+portal/api.py. How long a Pass stays fresh is each profile's ``freshness`` (default: its
+recurrence interval; see shared/profile.py), not a portal setting.
+
+Exposure is refused unless it is explicit:
+
+* ``--auth sar`` (the default) accepts only tokens minted for ``--audience`` (``kubectl create
+  token SA --audience signal-portal``); a token for the API server is refused.
+* ``--auth none`` skips authentication and authorization: it binds only to a loopback address
+  unless ``--insecure-unauthenticated-on-network`` is also given.
+* Without ``--tls-cert-file``/``--tls-key-file`` the portal speaks plain HTTP, which it does
+  only on a loopback address unless ``--insecure-plaintext-behind-proxy`` says that a proxy
+  in front of it terminates TLS (docs/security.md, "Portal").
 """
 
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
-import re
 import signal
+import socket
+import ssl
 import sys
-from datetime import timedelta
 
 import structlog
 from aiohttp import web
@@ -26,24 +36,61 @@ from aiohttp import web
 from kubeio import logs
 from kubeio.client import Kube
 from portal.api import make_app
-from portal.auth import Authorizer, OpenAccess, ReviewAccess
+from portal.auth import DEFAULT_AUDIENCE, Authorizer, OpenAccess, ReviewAccess
 from portal.sources import Sources
-from shared.durations import DurationError, parse_duration
 
 log = structlog.get_logger("portal")
+UNAUTHENTICATED_OVERRIDE = "--insecure-unauthenticated-on-network"
+PLAINTEXT_OVERRIDE = "--insecure-plaintext-behind-proxy"
 
 
-def parse_window(text: str) -> timedelta:
-    """``7d``, ``1d12h``, or any Go-style duration (``36h``, ``90m``); must be positive."""
-    match = re.fullmatch(r"(?:([0-9]+)d)?(.*)", text)
-    days, rest = (match.group(1), match.group(2)) if match else (None, text)
+class Refused(Exception):
+    """A configuration the portal refuses to serve (exit 2, with what to do instead)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback address (an empty host, 0.0.0.0 or
+    :: listen everywhere, so they are not)."""
     try:
-        window = timedelta(days=int(days or 0)) + (parse_duration(rest) if rest else timedelta())
-    except DurationError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 7d, 36h or 90m") from exc
-    if window <= timedelta() or (not days and not rest):
-        raise argparse.ArgumentTypeError(f"{text!r}: the freshness window must be positive")
-    return window
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    if not host:
+        return False
+    try:
+        found = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(found) and all(ipaddress.ip_address(str(a[4][0]).split("%")[0]).is_loopback for a in found)
+
+
+def check_exposure(args: argparse.Namespace) -> None:
+    """Refuse an exposure nobody asked for explicitly."""
+    loopback = is_loopback(args.host)
+    if bool(args.tls_cert_file) != bool(args.tls_key_file):
+        raise Refused("--tls-cert-file and --tls-key-file go together: give both, or neither")
+    if args.auth == "none" and not loopback and not args.insecure_unauthenticated_on_network:
+        raise Refused(
+            f"--auth none on {args.host!r} would show every workspace to anyone who can reach it: "
+            f"bind to 127.0.0.1 (--host 127.0.0.1), use --auth sar, or, if you really mean it, "
+            f"add {UNAUTHENTICATED_OVERRIDE}"
+        )
+    if not args.tls_cert_file and not loopback and not args.insecure_plaintext_behind_proxy:
+        raise Refused(
+            f"plain HTTP on {args.host!r} would carry bearer tokens unencrypted: give --tls-cert-file and "
+            f"--tls-key-file (a mounted serving certificate), bind to 127.0.0.1, or, when a proxy in front "
+            f"of the portal terminates TLS, add {PLAINTEXT_OVERRIDE}"
+        )
+
+
+def tls_context(cert: str, key: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise Refused(f"cannot load the serving certificate {cert} / key {key}: {exc}") from exc
+    return context
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,10 +103,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
     p.add_argument("--auth", choices=("sar", "none"), default="sar")
     p.add_argument(
-        "--freshness",
-        type=parse_window,
-        default=timedelta(days=7),
-        help="Stale after this long, for profiles without recurrence.interval (default 7d)",
+        "--audience",
+        default=DEFAULT_AUDIENCE,
+        help="the audience callers' tokens must be minted for (kubectl create token SA --audience ...)",
+    )
+    p.add_argument("--tls-cert-file", default=None, help="serving certificate (PEM, with its chain)")
+    p.add_argument("--tls-key-file", default=None, help="private key of the serving certificate (PEM)")
+    p.add_argument(
+        UNAUTHENTICATED_OVERRIDE,
+        action="store_true",
+        help="DANGEROUS: allow --auth none on a non-loopback address (everyone sees every workspace)",
+    )
+    p.add_argument(
+        PLAINTEXT_OVERRIDE,
+        action="store_true",
+        help="allow plain HTTP on a non-loopback address because a proxy in front terminates TLS",
     )
     p.add_argument("--cluster", default="default", help="cluster name written into each result's scope")
     p.add_argument("--resync", type=float, default=30.0, help="seconds between full re-classifications")
@@ -73,22 +131,35 @@ def configure_logging(fmt: str) -> None:
 
 
 async def serve(args: argparse.Namespace) -> None:
+    context = tls_context(args.tls_cert_file, args.tls_key_file) if args.tls_cert_file else None
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-portal")
     authorizer: Authorizer
     if args.auth == "none":
-        log.warning("authorization disabled (--auth none): every caller sees every workspace; local use only")
+        log.warning(
+            "AUTHORIZATION DISABLED (--auth none): every caller sees every workspace",
+            host=args.host,
+            on_network=args.insecure_unauthenticated_on_network,
+        )
         authorizer = OpenAccess()
     else:
-        authorizer = ReviewAccess(kube)
-    sources = Sources(
-        kube, namespaces=args.namespace, cluster=args.cluster, default_window=args.freshness, resync=args.resync
-    )
+        authorizer = ReviewAccess(kube, audience=args.audience)
+    if context is None and not is_loopback(args.host):
+        log.warning("serving plain HTTP on a network address: a proxy in front must terminate TLS", host=args.host)
+    sources = Sources(kube, namespaces=args.namespace, cluster=args.cluster, resync=args.resync)
     sources.start()
     runner = web.AppRunner(make_app(sources, authorizer), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = web.TCPSite(runner, args.host, args.port, ssl_context=context)
     await site.start()
-    log.info("portal serving", port=args.port, auth=args.auth, namespaces=args.namespace or "all")
+    log.info(
+        "portal serving",
+        host=args.host,
+        port=args.port,
+        tls=context is not None,
+        auth=args.auth,
+        audience=args.audience if args.auth == "sar" else None,
+        namespaces=args.namespace or "all",
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -105,7 +176,12 @@ async def serve(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
     configure_logging(args.log_format)
-    asyncio.run(serve(args))
+    try:
+        check_exposure(args)
+        asyncio.run(serve(args))
+    except Refused as exc:
+        print(f"signal-portal: refused: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -26,6 +26,7 @@ def _errors(*codes: int) -> Obj:
     text = {
         400: "Bad request",
         401: "No or invalid credentials",
+        429: "Too many failed authentications from this address",
         404: "Not found (or not visible to the caller)",
         503: "Not ready",
     }
@@ -104,12 +105,77 @@ def _components() -> Obj:
             },
         },
     }
+    schemas["NodeHealth"] = {
+        "type": "object",
+        "description": "The Node's fleet health and capacity now (only to callers who may list Nodes)",
+        "required": ["ready", "allocatable", "signal", "operatorCordoned"],
+        "properties": {
+            "ready": {
+                "type": "object",
+                "required": ["status", "reason", "since"],
+                "properties": {
+                    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                    "reason": {"type": "string"},
+                    "since": {"type": ["string", "null"], "description": "lastTransitionTime"},
+                },
+            },
+            "allocatable": {
+                "type": "object",
+                "required": ["gpu", "rdma"],
+                "properties": {
+                    "gpu": {"type": ["string", "null"], "description": "allocatable nvidia.com/gpu"},
+                    "rdma": {
+                        "type": "object",
+                        "description": "allocatable resources of the rdma/ domain, by name",
+                        "additionalProperties": {"type": "string"},
+                    },
+                },
+            },
+            "signal": {
+                "description": "Signal's reservation of the Node (null: Signal does not hold it)",
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "required": ["cordoned", "run"],
+                        "properties": {
+                            "cordoned": {"type": "boolean", "description": "Signal's reservation taint is set"},
+                            "run": {
+                                "description": "the holding Run (null unless the caller sees its workspace)",
+                                "anyOf": [
+                                    {
+                                        "type": "object",
+                                        "required": ["name", "namespace", "uid", "index"],
+                                        "properties": {
+                                            "name": {"type": ["string", "null"]},
+                                            "namespace": {"type": ["string", "null"]},
+                                            "uid": {"type": "string"},
+                                            "index": {"type": ["integer", "null"]},
+                                        },
+                                    },
+                                    {"type": "null"},
+                                ],
+                            },
+                        },
+                    },
+                    {"type": "null"},
+                ],
+            },
+            "operatorCordoned": {
+                "type": "boolean",
+                "description": "cordoned by someone other than Signal (spec.unschedulable or the unschedulable taint)",
+            },
+        },
+    }
     schemas["NodeSummary"] = {
         "type": "object",
-        "required": ["node", "uid", "checks"],
+        "required": ["node", "uid", "health", "checks"],
         "properties": {
             "node": {"type": "string"},
-            "uid": {"type": ["string", "null"], "description": "the Node's uid now (null: no such Node now)"},
+            "uid": {
+                "type": ["string", "null"],
+                "description": "the Node's uid now (null: no such Node now, or the caller may not list Nodes)",
+            },
+            "health": {"anyOf": [{"$ref": "#/components/schemas/NodeHealth"}, {"type": "null"}]},
             "checks": {
                 "type": "array",
                 "items": {
@@ -146,7 +212,7 @@ def document() -> Obj:
         ),
         _query("continue", {"type": "string", "minLength": 1, "maxLength": 2048}, "opaque token of the last page"),
     ]
-    auth_errors = (401,)
+    auth_errors = (400, 401, 429)  # 400: also credentials in the URL
     return {
         "openapi": "3.1.0",
         "info": {
@@ -154,7 +220,9 @@ def document() -> Obj:
             "version": API_VERSION,
             "description": (
                 "Read-only validation results (projectsignal.dev/validation-result/v1). Every request is "
-                "authorized for the caller's workspaces (namespaces); results elsewhere are invisible."
+                "authorized for the caller's workspaces (namespaces); results elsewhere are invisible. "
+                "Send a bearer token minted for the portal's audience (kubectl create token SA --audience "
+                "signal-portal) in the Authorization header, never in the URL."
             ),
         },
         "paths": {
@@ -192,15 +260,21 @@ def document() -> Obj:
                         "200": _json(
                             {
                                 "type": "object",
-                                "required": ["apiVersion", "items"],
+                                "required": ["apiVersion", "items", "nodes"],
                                 "properties": {
                                     "apiVersion": {"type": "string"},
                                     "items": {"type": "array", "items": {"$ref": "#/components/schemas/FleetCheck"}},
+                                    "nodes": {
+                                        "type": "object",
+                                        "description": "health of the Nodes in the rows (empty unless the caller may "
+                                        "list Nodes)",
+                                        "additionalProperties": {"$ref": "#/components/schemas/NodeHealth"},
+                                    },
                                 },
                             },
                             "one item per check",
                         ),
-                        **_errors(400, *auth_errors),
+                        **_errors(*auth_errors),
                     },
                 }
             },
@@ -211,7 +285,7 @@ def document() -> Obj:
                     "parameters": list_params,
                     "responses": {
                         "200": _json({"$ref": "#/components/schemas/ResultList"}, "a page of results"),
-                        **_errors(400, *auth_errors),
+                        **_errors(*auth_errors),
                     },
                 }
             },
@@ -240,5 +314,15 @@ def document() -> Obj:
                 }
             },
         },
-        "components": {"schemas": _components()},
+        "security": [{"bearer": []}],
+        "components": {
+            "schemas": _components(),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "a token minted for the portal's audience (--audience, default signal-portal)",
+                }
+            },
+        },
     }

@@ -1,11 +1,16 @@
 """What the portal reads from the API server, with its own read-only identity, and how it
-turns that into the index: list-watch caches of Runs (in ``--namespace``s, or all), profiles,
-Nodes (reduced to name and uid) and the metadata of evidence ConfigMaps; evidence documents
+turns that into the index: list-watch caches of Runs (in ``--namespace``s, or all), profiles
+(reduced to their checks and freshness window), Nodes (reduced to identity, health and
+capacity: portal/health.py) and the metadata of evidence ConfigMaps; evidence documents
 fetched by name on demand and cached by (ConfigMap uid, recorded digest), so a ConfigMap
 replaced under the same name is read again. It only ever GETs, LISTs and WATCHes.
 
 A refresh (after any change, debounced, and at least every ``resync`` seconds so results go
-Stale on time) re-derives and re-classifies only the Runs whose inputs changed.
+Stale on time) re-derives and re-classifies only the Runs whose inputs changed, then builds
+the new snapshot off the event loop (the index precomputes what every query slices).
+
+A result is Stale once older than its profile's ``freshness``, else its recurrence interval,
+else shared/profile.py's DEFAULT_FRESHNESS.
 """
 
 import asyncio
@@ -22,11 +27,13 @@ from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import Forbidden, NotFound
 from kubeio.informer import Informer
 from portal import metrics
+from portal.health import NodeHealth, node_health
 from portal.index import Entry, Index, RegisteredCheck, entry_of
 from shared import keys
 from shared.classify import classified
 from shared.durations import DurationError, parse_duration
 from shared.envelope import RunEvidence, State, Verification, derive, read_run_evidence
+from shared.profile import DEFAULT_FRESHNESS
 
 log = structlog.get_logger("portal")
 EVIDENCE_SELECTOR = f"{keys.COMPONENT_LABEL}=evidence"
@@ -38,8 +45,8 @@ class ProfileView:
     name: str
     generation: int
     checks: tuple[RegisteredCheck, ...]
-    window: timedelta | None
-    """The profile's recurrence interval, when it has one."""
+    window: timedelta
+    """How old a Pass may be before it is Stale (see freshness_window)."""
 
 
 def reduce_run(obj: Obj) -> Obj:
@@ -47,38 +54,42 @@ def reduce_run(obj: Obj) -> Obj:
     return obj
 
 
-def reduce_node(obj: Obj) -> str:
-    return str(obj["metadata"].get("uid", ""))
+def reduce_node(obj: Obj) -> NodeHealth:
+    return node_health(obj)
 
 
 def reduce_config_map(obj: Obj) -> str:
     return str(obj["metadata"].get("uid", ""))
 
 
-def make_profile_reducer(default_window: timedelta) -> Callable[[Obj], ProfileView]:
-    def reduce_profile(obj: Obj) -> ProfileView:
-        meta, spec = obj["metadata"], obj.get("spec") or {}
-        window: timedelta | None = None
-        interval = (spec.get("recurrence") or {}).get("interval")
-        if isinstance(interval, str):
+def freshness_window(spec: Obj) -> timedelta:
+    """The profile's ``freshness``, else its ``recurrence.interval``, else DEFAULT_FRESHNESS
+    (an unreadable duration counts as absent: the API server's schema rejects those)."""
+    for value in (spec.get("freshness"), (spec.get("recurrence") or {}).get("interval")):
+        if isinstance(value, str):
             with contextlib.suppress(DurationError):
-                window = parse_duration(interval)
-        effective = int((window or default_window).total_seconds())
-        checks = tuple(
-            RegisteredCheck(
-                profile=meta["name"],
-                name=str(c.get("name", "")),
-                index=i,
-                backend=str(c.get("backend", "")),
-                profile_generation=int(meta.get("generation") or 1),
-                source_digest=str((spec.get("source") or {}).get("digest", "")),
-                freshness_seconds=effective,
-            )
-            for i, c in enumerate(spec.get("checks") or [])
-        )
-        return ProfileView(meta["name"], int(meta.get("generation") or 1), checks, window)
+                window = parse_duration(value)
+                if window > timedelta():
+                    return window
+    return parse_duration(DEFAULT_FRESHNESS)
 
-    return reduce_profile
+
+def reduce_profile(obj: Obj) -> ProfileView:
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    window = freshness_window(spec)
+    checks = tuple(
+        RegisteredCheck(
+            profile=meta["name"],
+            name=str(c.get("name", "")),
+            index=i,
+            backend=str(c.get("backend", "")),
+            profile_generation=int(meta.get("generation") or 1),
+            source_digest=str((spec.get("source") or {}).get("digest", "")),
+            freshness_seconds=int(window.total_seconds()),
+        )
+        for i, c in enumerate(spec.get("checks") or [])
+    )
+    return ProfileView(meta["name"], int(meta.get("generation") or 1), checks, window)
 
 
 @dataclass
@@ -97,13 +108,12 @@ class Sources:
         *,
         namespaces: list[str],
         cluster: str,
-        default_window: timedelta,
         resync: float = 30.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.kube = kube
         self.cluster = cluster
-        self.default_window = default_window
+        self.default_window = parse_duration(DEFAULT_FRESHNESS)
         self.resync = resync
         self.clock = clock
         scopes: list[str | None] = list(namespaces) or [None]
@@ -112,9 +122,7 @@ class Sources:
             Informer(kube, resource_path("v1", "configmaps", ns), reduce_config_map, labelSelector=EVIDENCE_SELECTOR)
             for ns in scopes
         ]
-        self.profiles = Informer(
-            kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), make_profile_reducer(default_window)
-        )
+        self.profiles = Informer(kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), reduce_profile)
         self.nodes = Informer(kube, resource_path("v1", "nodes"), reduce_node)
         self.index = Index([])
         self.built = asyncio.Event()
@@ -163,7 +171,7 @@ class Sources:
             await asyncio.sleep(0.1)  # debounce bursts of changes
 
     def _windows(self) -> dict[str, timedelta]:
-        return {p.name: p.window or self.default_window for p in self.profiles.items.values()}
+        return {p.name: p.window for p in self.profiles.items.values()}
 
     async def _read_evidence(self, run: Obj, config_maps: dict[str, str]) -> tuple[tuple[str, str], RunEvidence]:
         meta, status = run["metadata"], run.get("status") or {}
@@ -194,7 +202,8 @@ class Sources:
     async def refresh(self) -> None:
         began = time.perf_counter()
         now = self.clock()
-        node_uids: dict[str, str] = {k.lstrip("/"): v for k, v in self.nodes.items.items()}
+        nodes: dict[str, NodeHealth] = {k.lstrip("/"): v for k, v in self.nodes.items.items()}
+        node_uids: dict[str, str] = {name: health.uid for name, health in nodes.items()}
         windows = self._windows()
         config_maps: dict[str, str] = {}
         for informer in self.evidence:
@@ -243,6 +252,9 @@ class Sources:
         for stale in set(self._documents) - used:
             del self._documents[stale]
         checks = [c for p in sorted(self.profiles.items.values(), key=lambda p: p.name) for c in p.checks]
-        self.index = Index(entries, checks=checks, node_uids=node_uids, built_at=now)
+        # Sorting and precomputing a fleet-sized snapshot is CPU-bound: off the event loop.
+        self.index = await asyncio.to_thread(
+            Index, entries, checks=checks, node_uids=node_uids, built_at=now, nodes=nodes
+        )
         self.built.set()
         metrics.observe_index(self.index, time.perf_counter() - began)

@@ -1,8 +1,10 @@
 // The portal dashboard: a fleet view with one compact summary per check (registered, or with
 // a result the caller may see), per-Node states with text as well as colour, and the
-// technical evidence of one result in a dialog opened on demand. Reads only /api/v1 with the
-// caller's bearer token (from the token field or ?token=, kept in sessionStorage); polls
-// /api/v1/fleet, which summarises the whole fleet in one answer from one snapshot.
+// technical evidence of one result in a dialog opened on demand; beside each Node's result,
+// its health and capacity (Ready, GPU and RDMA allocatable, held by Signal, cordoned by an
+// operator) when the caller may see Nodes. Reads only /api/v1 with the caller's bearer token,
+// typed into the token field and kept in sessionStorage (never taken from or put in a URL);
+// polls /api/v1/fleet, which summarises the whole fleet in one answer from one snapshot.
 // An ES module (strict): portal/static/dom.js builds elements, portal/static/detail.js the
 // detail view.
 
@@ -19,15 +21,6 @@ let timer = null;
 // --- token and requests ------------------------------------------------------------------
 function token() {
   return window.sessionStorage.getItem(TOKEN_KEY) || "";
-}
-
-function adoptQueryToken() {
-  const given = params.get("token");
-  if (given === null) return;
-  if (given) window.sessionStorage.setItem(TOKEN_KEY, given);
-  params.delete("token");
-  const rest = params.toString();
-  window.history.replaceState(null, "", window.location.pathname + (rest ? `?${rest}` : ""));
 }
 
 class ApiFailure extends Error {
@@ -55,7 +48,41 @@ async function api(path) {
 }
 
 // --- rendering ---------------------------------------------------------------------------
-function nodeRows(entry) {
+function healthCell(health) {
+  // Absent: the caller may not see Nodes (or the Node is gone).
+  if (!health) return el("td", { class: "health", dataset: { ready: "hidden" } }, "—");
+  const ready = health.ready || {};
+  const readyText =
+    ready.status === "True" ? "Ready" : ready.status === "False" ? `Not ready (${ready.reason})` : "Ready unknown";
+  const capacity = [];
+  if (health.allocatable && health.allocatable.gpu !== null) capacity.push(`GPU ${health.allocatable.gpu}`);
+  for (const [name, amount] of Object.entries((health.allocatable && health.allocatable.rdma) || {})) {
+    capacity.push(`${name} ${amount}`);
+  }
+  const held = health.signal;
+  let heldText = null;
+  if (held) {
+    const run = held.run ? ` by Run ${held.run.namespace}/${held.run.name}` : "";
+    heldText = `${held.cordoned ? "Reserved and cordoned" : "Reserved"} by Signal${run}`;
+  }
+  return el(
+    "td",
+    {
+      class: "health",
+      dataset: {
+        ready: ready.status || "Unknown",
+        held: held ? "true" : "false",
+        operatorCordoned: health.operatorCordoned ? "true" : "false",
+      },
+    },
+    el("span", { class: ready.status === "True" ? "ready" : "not-ready" }, readyText),
+    capacity.length ? el("small", {}, capacity.join(" · ")) : el("small", {}, "no GPU or RDMA allocatable"),
+    heldText ? el("small", { class: "held" }, heldText) : null,
+    health.operatorCordoned ? el("small", { class: "cordoned" }, "Cordoned by an operator") : null,
+  );
+}
+
+function nodeRows(entry, nodes) {
   // The portal sends each Node's newest result, worst state first, then by Node name.
   return entry.rows.map((result) =>
     el(
@@ -75,12 +102,13 @@ function nodeRows(entry) {
       ),
       el("td", { class: "reason" }, result.reason, result.message ? el("small", {}, brief(result.message)) : null),
       el("td", { class: "when" }, when(result.finishedAt), el("small", {}, ago(result.finishedAt))),
+      healthCell(nodes[result.target.name]),
       el("td", {}, result.scope.workspace),
     ),
   );
 }
 
-function card(entry) {
+function card(entry, nodes) {
   const { check } = entry;
   const tally = Object.fromEntries(STATES.map((s) => [s, entry.counts[s] || 0]));
   const facts = [];
@@ -98,10 +126,12 @@ function card(entry) {
           el(
             "tr",
             {},
-            ["Node", "State", "Reason", "Finished", "Workspace"].map((h) => el("th", { scope: "col" }, h)),
+            ["Node", "State", "Reason", "Finished", "Node health", "Workspace"].map((h) =>
+              el("th", { scope: "col" }, h),
+            ),
           ),
         ),
-        el("tbody", {}, nodeRows(entry)),
+        el("tbody", {}, nodeRows(entry, nodes)),
       )
     : el("p", { class: "none" }, "No results yet.");
   const hidden = entry.nodes - entry.rows.length;
@@ -137,9 +167,9 @@ function card(entry) {
   );
 }
 
-function render(entries) {
+function render(entries, nodes) {
   const section = document.getElementById("fleet");
-  section.replaceChildren(...entries.map(card));
+  section.replaceChildren(...entries.map((entry) => card(entry, nodes || {})));
   document.getElementById("empty").hidden = entries.length > 0;
 }
 
@@ -161,9 +191,9 @@ async function refresh() {
   }
   try {
     const fleet = await api(`api/v1/fleet?rows=${MAX_ROWS}`);
-    const signature = JSON.stringify(fleet.items);
+    const signature = JSON.stringify([fleet.items, fleet.nodes]);
     if (signature !== lastSignature) {
-      render(fleet.items);
+      render(fleet.items, fleet.nodes);
       lastSignature = signature;
     }
     showProblem("");
@@ -210,7 +240,6 @@ function closeDetail() {
 
 // --- wiring ------------------------------------------------------------------------------
 function start() {
-  adoptQueryToken();
   document.getElementById("auth").addEventListener("submit", (event) => {
     event.preventDefault();
     const field = document.getElementById("token");

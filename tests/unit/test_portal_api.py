@@ -14,9 +14,11 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from portal.api import make_app
 from portal.auth import ALL, Caller, OpenAccess, Unauthenticated
+from portal.health import node_health
 from portal.index import Entry, Filters, Index, RegisteredCheck, entry_of
 from portal.openapi import document
 from portal.pagination import Key, TokenError, decode_token, encode_token
+from portal.sight import EVERYTHING, Sight
 from shared.classify import classified
 from shared.envelope import State, derive, read_run_evidence
 from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run
@@ -101,18 +103,23 @@ def test_filters_and_visibility() -> None:
 
 @dataclass
 class Users:
-    """Stand-in authorizer: token -> workspaces."""
+    """Stand-in authorizer (the real one is tested against the API server in
+    tests/integration/test_portal_security.py): token -> what that user may see."""
 
-    grants: dict[str, set[str]]
+    grants: dict[str, Sight]
 
-    async def caller(self, authorization: str | None) -> Caller:
+    async def caller(self, authorization: str | None, remote: str = "") -> Caller:
         token = (authorization or "").removeprefix("Bearer ")
         if token not in self.grants:
             raise Unauthenticated("the token was not accepted")
         return Caller(token)
 
-    async def visible(self, caller: Caller, workspaces: Iterable[str]) -> frozenset[str]:
-        return frozenset(self.grants[caller.user])
+    async def sight(self, caller: Caller, workspaces: Iterable[str]) -> Sight:
+        return self.grants[caller.user]
+
+
+def _sight(*workspaces: str, nodes: bool = False, profiles: bool = False) -> Sight:
+    return Sight(frozenset(workspaces), nodes=nodes, profiles=profiles)
 
 
 @dataclass
@@ -134,15 +141,37 @@ def _results(name: str, namespace: str, **kw: Any) -> list[Entry]:
     ]
 
 
+def _node(name: str, uid: str, **status: Any) -> Obj:
+    return {"metadata": {"name": name, "uid": uid}, "status": status}
+
+
+READY = {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": "2026-11-29T00:00:00Z"}
+
+
 def _index() -> Index:
     entries = _results("r1", "team-a") + _results("r2", "team-b", verdicts={0: "Fail"})
     check = RegisteredCheck("gpu-basic", "inventory", 0, "Pod", 1, "sha256:" + "0" * 64, 604800)
-    return Index(entries, checks=[check], node_uids={"gpu-000": "uid-0", "gpu-001": "uid-1"}, built_at=NOW)
+    extra = RegisteredCheck("gpu-burn", "burn", 0, "Pod", 1, "sha256:" + "0" * 64, 3600)
+    nodes = {
+        "gpu-000": node_health(_node("gpu-000", "uid-0", conditions=[READY], allocatable={"nvidia.com/gpu": "8"})),
+        "gpu-001": node_health(_node("gpu-001", "uid-1")),
+        "gpu-002": node_health(_node("gpu-002", "uid-2")),
+    }
+    uids = {name: health.uid for name, health in nodes.items()}
+    return Index(entries, checks=[check, extra], node_uids=uids, built_at=NOW, nodes=nodes)
+
+
+GRANTS = {
+    "alice": _sight("team-a"),
+    "root": EVERYTHING,
+    "nobody": _sight(),
+    "ops": _sight(nodes=True, profiles=True),
+}
 
 
 @pytest.fixture
 async def client() -> AsyncIterator[TestClient[Any, Any]]:
-    app = make_app(Fixed(_index()), Users({"alice": {"team-a"}, "root": {ALL}, "nobody": set()}))
+    app = make_app(Fixed(_index()), Users(GRANTS))
     async with TestClient(TestServer(app)) as test_client:
         yield test_client
 
@@ -160,6 +189,7 @@ async def test_listing_is_limited_to_visible_workspaces(client: TestClient[Any, 
     assert all("details" not in item for item in body["items"])
     root = await (await client.get("/api/v1/results", headers=_auth("root"))).json()
     assert len(root["items"]) == 4
+    assert ALL in GRANTS["root"].workspaces
     none = await (await client.get("/api/v1/results?workspace=team-b", headers=_auth("alice"))).json()
     assert none["items"] == []
 
@@ -180,17 +210,36 @@ async def test_invisible_result_is_indistinguishable_from_nonexistent(client: Te
 async def test_node_summary_and_checks(client: TestClient[Any, Any]) -> None:
     summary = await (await client.get("/api/v1/nodes/gpu-000", headers=_auth("root"))).json()
     assert summary["uid"] == "uid-0"
-    (row,) = summary["checks"]
-    assert row["check"] == "gpu-basic/inventory"
-    assert row["state"] == "Failed"  # the newest result: r2 (team-b) failed gpu-000
+    assert summary["health"]["ready"]["status"] == "True"
+    assert summary["health"]["allocatable"] == {"gpu": "8", "rdma": {}}
+    rows = {row["check"]: row for row in summary["checks"]}
+    assert set(rows) == {"gpu-basic/inventory", "gpu-burn/burn"}
+    assert rows["gpu-basic/inventory"]["state"] == "Failed"  # the newest result: r2 (team-b) failed gpu-000
+    assert rows["gpu-burn/burn"]["state"] == "Unknown"
+    assert rows["gpu-burn/burn"]["reason"] == "NoResult"
+    # alice sees her own result, but neither the Node's health nor checks she has no result of.
     alice = await (await client.get("/api/v1/nodes/gpu-000", headers=_auth("alice"))).json()
-    assert alice["checks"][0]["state"] == "Passed"
-    nobody = await (await client.get("/api/v1/nodes/gpu-001", headers=_auth("nobody"))).json()
-    assert nobody["checks"][0]["state"] == "Unknown"
-    assert nobody["checks"][0]["reason"] == "NoResult"
-    assert (await client.get("/api/v1/nodes/no-such-node", headers=_auth("root"))).status == 404
+    assert [(r["check"], r["state"]) for r in alice["checks"]] == [("gpu-basic/inventory", "Passed")]
+    assert alice["uid"] is None
+    assert alice["health"] is None
+    # A Node of which the caller sees no result, and may not list Nodes: as if it did not exist.
+    for user, node in (("nobody", "gpu-001"), ("alice", "gpu-002"), ("root", "no-such-node")):
+        answer = await client.get(f"/api/v1/nodes/{node}", headers=_auth(user))
+        assert answer.status == 404, (user, node)
+    ops = await (await client.get("/api/v1/nodes/gpu-002", headers=_auth("ops"))).json()
+    assert ops["uid"] == "uid-2"
+    assert ops["health"]["ready"] == {"status": "Unknown", "reason": "NoReadyCondition", "since": None}
+    assert {r["check"]: r["state"] for r in ops["checks"]} == {
+        "gpu-basic/inventory": "Unknown",
+        "gpu-burn/burn": "Unknown",
+    }
     checks = await (await client.get("/api/v1/checks", headers=_auth("nobody"))).json()
-    assert [c["id"] for c in checks["items"]] == ["gpu-basic/inventory"]
+    assert checks["items"] == [], "a registered check is named only to who may list profiles or has its results"
+    mine = await (await client.get("/api/v1/checks", headers=_auth("alice"))).json()
+    assert [c["id"] for c in mine["items"]] == ["gpu-basic/inventory"]
+    assert mine["items"][0]["registered"] is True
+    everything = await (await client.get("/api/v1/checks", headers=_auth("ops"))).json()
+    assert [c["id"] for c in everything["items"]] == ["gpu-basic/inventory", "gpu-burn/burn"]
 
 
 async def test_errors(client: TestClient[Any, Any]) -> None:
@@ -231,6 +280,7 @@ async def test_service_endpoints() -> None:
         }
         metrics = await (await test_client.get("/metrics")).text()
         assert "signal_portal_requests_total" in metrics
+        assert "signal_portal_results" not in metrics
 
 
 def test_fleet_counts_the_newest_visible_result_per_node_worst_first() -> None:
@@ -248,7 +298,7 @@ def test_fleet_counts_the_newest_visible_result_per_node_worst_first() -> None:
         ],
         checks=[RegisteredCheck("p", "c1", 0, "Pod", 1, "sha256:" + "0" * 64, 60)],
     )
-    everyone = json.loads(index.fleet(lambda _: True, rows=10))
+    everyone = _fleet(index, EVERYTHING, rows=10)
     assert [item["check"]["id"] for item in everyone] == ["p/c1", "p/c2"]
     c1, c2 = everyone
     assert c1["check"]["registered"] is True
@@ -260,13 +310,14 @@ def test_fleet_counts_the_newest_visible_result_per_node_worst_first() -> None:
         ("n3", "Unknown"),
         ("n2", "Stale"),
     ]
-    only_a = json.loads(index.fleet({"a"}.__contains__, rows=2))
+    only_a = _fleet(index, _sight("a"), rows=2)
     assert [item["check"]["id"] for item in only_a] == ["p/c1"], "a check type seen only in b is not hinted"
     (a1,) = only_a
     assert (a1["nodes"], a1["results"]) == (3, 4)
     assert a1["counts"] == {"Passed": 1, "Failed": 0, "Running": 0, "Unknown": 1, "Stale": 1}
     assert [r["state"] for r in a1["rows"]] == ["Unknown", "Stale"], "rows are capped, worst first"
-    nobody = json.loads(index.fleet(lambda _: False, rows=10))
+    assert _fleet(index, _sight(), rows=10) == [], "no result and may not list profiles: nothing"
+    nobody = _fleet(index, _sight(profiles=True), rows=10)
     assert nobody == [
         {
             "check": index.checks[0].to_json(),
@@ -276,12 +327,18 @@ def test_fleet_counts_the_newest_visible_result_per_node_worst_first() -> None:
             "rows": [],
         }
     ]
-    assert index.fleet({"a"}.__contains__, rows=2) is index.fleet({"a"}.__contains__, rows=2), "cached"
+    assert index.fleet(_sight("a"), rows=2) is index.fleet(_sight("a"), rows=2), "cached"
+
+
+def _fleet(index: Index, sight: Sight, rows: int) -> list[Obj]:
+    items: list[Obj] = json.loads(b"{" + index.fleet(sight, rows) + b"}")["items"]
+    return items
 
 
 async def test_fleet_over_http(client: TestClient[Any, Any]) -> None:
     root = await (await client.get("/api/v1/fleet", headers=_auth("root"))).json()
-    (item,) = root["items"]
+    item, idle = root["items"]
+    assert (idle["check"]["id"], idle["nodes"], idle["rows"]) == ("gpu-burn/burn", 0, [])
     assert item["check"]["id"] == "gpu-basic/inventory"
     assert item["results"] == 4
     assert item["nodes"] == 2
@@ -289,7 +346,11 @@ async def test_fleet_over_http(client: TestClient[Any, Any]) -> None:
     assert item["rows"][0]["target"]["name"] == "gpu-000"
     assert item["rows"][0]["state"] == "Failed"
     assert all("details" not in row for row in item["rows"])
+    assert set(root["nodes"]) == {"gpu-000", "gpu-001"}, "the health of the Nodes in the rows"
+    assert root["nodes"]["gpu-000"]["allocatable"]["gpu"] == "8"
     alice = await (await client.get("/api/v1/fleet?rows=0", headers=_auth("alice"))).json()
+    assert alice["nodes"] == {}, "alice may not list Nodes"
+    assert len(alice["items"]) == 1
     assert alice["items"][0]["counts"]["Failed"] == 0
     assert alice["items"][0]["results"] == 2
     assert alice["items"][0]["rows"] == []
