@@ -1,46 +1,141 @@
-"""Leader election with a coordination.k8s.io Lease (compare-and-swap on resourceVersion).
+"""Leader election with a coordination.k8s.io Lease (compare-and-swap on resourceVersion),
+which cannot fail silently.
 
-Only the leader reconciles. Leadership alone does not fence writes (a paused, deposed leader
-may wake up and write): admission is additionally fenced by the ledger (see ledger.py)."""
+* **Expiry on the local monotonic clock.** Another holder's Lease counts as expired only once
+  this replica has seen the same record, unchanged, for ``leaseDurationSeconds`` of its own
+  monotonic clock (as client-go does): the holder's ``renewTime`` is never compared with the
+  local wall clock, so clock skew cannot steal a live Lease.
+* **Writes stop at once.** ``Leadership`` allows writes only while the last successful renewal
+  was *sent* less than ``renew_deadline`` ago (``renew_deadline < duration``, so the other
+  replica cannot take the Lease while this one may still write) and the renewal task is
+  alive. The controller's gateway calls ``Leadership.guard`` before every write; when the
+  renewal task ends, for any reason, ``lost`` is set and the process stops.
+
+Leadership alone does not fence writes against a paused leader: admission is additionally
+fenced by the ledger (see ledger.py). Pure: ``observe``, ``may_acquire``,
+``Leadership.may_write``; I/O: ``LeaderElector``."""
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from controller.state import log
+from controller.state import NotLeader, log
 from kubeio.client import Kube, Obj, resource_path
-from kubeio.errors import AlreadyExists, Conflict, NotFound
+from kubeio.errors import AlreadyExists, ApiError, Conflict, NotFound
 
 LEASE_NAME = "signal-controller"
+DEFAULT_DURATION = 15
+FAULT_ENV = "SIGNAL_FAULT_RENEWAL_DIES_AFTER"
+"""Tests only: the renewal task raises after this many renewals (a renewal task that dies)."""
 
 
 def _micro(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+def record(lease: Obj | None) -> tuple[Any, ...] | None:
+    """What identifies one version of the Lease's holding (changes on every renewal)."""
+    if lease is None:
+        return None
+    spec = lease.get("spec") or {}
+    meta = lease.get("metadata") or {}
+    return (
+        spec.get("holderIdentity"),
+        spec.get("renewTime"),
+        spec.get("acquireTime"),
+        spec.get("leaseDurationSeconds"),
+        spec.get("leaseTransitions"),
+        meta.get("resourceVersion"),
+    )
 
 
-def may_acquire(lease: Obj | None, identity: str, now: datetime) -> bool:
-    """Pure: a missing, own, or expired Lease may be taken."""
+@dataclass(frozen=True)
+class Observed:
+    """The Lease record last seen and when (local monotonic seconds) it was first seen."""
+
+    record: tuple[Any, ...] | None
+    at: float
+
+
+def observe(previous: Observed | None, lease: Obj | None, now: float) -> Observed:
+    """Pure: keep the first-seen time while the record is unchanged, restart it on a change."""
+    current = record(lease)
+    if previous is not None and previous.record == current:
+        return previous
+    return Observed(current, now)
+
+
+def may_acquire(lease: Obj | None, identity: str, observed: Observed | None, now: float) -> bool:
+    """Pure: a missing, released or own Lease may be taken; another holder's only once this
+    replica has seen its record unchanged for longer than its duration (``now`` and
+    ``observed.at`` on the same monotonic clock)."""
     if lease is None:
         return True
     spec = lease.get("spec") or {}
     if spec.get("holderIdentity") in (None, "", identity):
         return True
-    renewed = _parse(spec.get("renewTime"))
-    duration = int(spec.get("leaseDurationSeconds") or 15)
-    return renewed is None or renewed + timedelta(seconds=duration) < now
+    if observed is None or observed.record != record(lease):
+        return False
+    duration = int(spec.get("leaseDurationSeconds") or DEFAULT_DURATION)
+    return now - observed.at > duration
+
+
+class Leadership:
+    """Whether this replica may write now. ``renewed(at)`` records a successful acquire or
+    renewal whose request was sent at monotonic ``at``; ``lose`` ends it for good."""
+
+    def __init__(self, renew_deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.renew_deadline = renew_deadline
+        self.clock = clock
+        self.renewed_at: float | None = None
+        self.lost = asyncio.Event()
+        self.reason = ""
+
+    def renewed(self, at: float) -> None:
+        if not self.lost.is_set():
+            self.renewed_at = at if self.renewed_at is None else max(self.renewed_at, at)
+
+    def lose(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.reason = reason
+            self.lost.set()
+
+    def may_write(self, now: float) -> bool:
+        return not self.lost.is_set() and self.renewed_at is not None and now < self.renewed_at + self.renew_deadline
+
+    def guard(self, method: str, path: str) -> None:
+        """The gateway's write guard: refuse every write unless leadership is current."""
+        if not self.may_write(self.clock()):
+            why = self.reason or "the Lease was not renewed within the renew deadline"
+            raise NotLeader(f"refusing {method} {path}: not the leader ({why})")
 
 
 class LeaderElector:
-    def __init__(self, kube: Kube, namespace: str, identity: str, duration: int = 15) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        namespace: str,
+        identity: str,
+        duration: int = DEFAULT_DURATION,
+        *,
+        renew_deadline: float | None = None,
+        retry_period: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.identity = identity
         self.duration = duration
+        self.retry_period = retry_period
+        self.clock = clock
         self.path = resource_path("coordination.k8s.io/v1", "leases", namespace, LEASE_NAME)
+        self.leadership = Leadership(renew_deadline if renew_deadline is not None else duration * 2 / 3, clock)
+        self.observed: Observed | None = None
+        self.renewals = 0
 
     def _spec(self, lease: Obj | None, now: datetime) -> dict[str, Any]:
         spec = (lease or {}).get("spec") or {}
@@ -56,38 +151,69 @@ class LeaderElector:
         }
 
     async def try_acquire(self) -> bool:
-        now = datetime.now(UTC)
+        """One attempt to take or renew the Lease. Raises ApiError when the API server cannot
+        be asked (the caller decides how long that may last)."""
+        sent = self.clock()
         lease = await self.kube.get_or_none(self.path)
-        if not may_acquire(lease, self.identity, now):
+        self.observed = observe(self.observed, lease, self.clock())
+        if not may_acquire(lease, self.identity, self.observed, self.clock()):
             return False
         body: Obj = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {"name": LEASE_NAME, "namespace": self.namespace},
-            "spec": self._spec(lease, now),
+            "spec": self._spec(lease, datetime.now(UTC)),
         }
         try:
             if lease is None:
-                await self.kube.create(resource_path("coordination.k8s.io/v1", "leases", self.namespace), body)
+                written = await self.kube.create(
+                    resource_path("coordination.k8s.io/v1", "leases", self.namespace), body
+                )
             else:
                 body["metadata"]["resourceVersion"] = lease["metadata"]["resourceVersion"]
-                await self.kube.replace(self.path, body)
+                written = await self.kube.replace(self.path, body)
         except (Conflict, AlreadyExists, NotFound):
             return False
+        self.observed = observe(self.observed, written, self.clock())
+        self.leadership.renewed(sent)
         return True
 
-    async def acquire(self, retry: float = 2.0) -> None:
+    async def acquire(self) -> None:
+        """Wait until this replica holds the Lease."""
         while True:
-            if await self.try_acquire():
-                break
-            await asyncio.sleep(retry)
+            try:
+                if await self.try_acquire():
+                    break
+            except ApiError as exc:
+                log.warning("cannot reach the Lease; retrying", identity=self.identity, error=str(exc)[:300])
+            await asyncio.sleep(self.retry_period)
         log.info("leadership acquired", identity=self.identity)
 
-    async def keep(self, lost: asyncio.Event, every: float = 5.0) -> None:
-        """Renew until renewal fails; then set ``lost``."""
-        while True:
-            await asyncio.sleep(every)
-            if not await self.try_acquire():
-                log.error("leadership lost", identity=self.identity)
-                lost.set()
-                return
+    async def keep(self) -> None:
+        """Renew every ``retry_period`` until a renewal is refused or none succeeded within the
+        renew deadline; then (and whenever this task ends, even by an exception) leadership
+        is lost and every write is refused."""
+        fault = int(os.environ.get(FAULT_ENV) or 0)
+        try:
+            while True:
+                await asyncio.sleep(self.retry_period)
+                if fault and self.renewals >= fault:
+                    raise RuntimeError(f"fault injected by {FAULT_ENV}: the renewal task dies")
+                renewed = self.leadership.renewed_at or 0.0
+                remaining = renewed + self.leadership.renew_deadline - self.clock()
+                if remaining <= 0:
+                    self.leadership.lose("no renewal succeeded within the renew deadline")
+                    return
+                try:
+                    async with asyncio.timeout(remaining):
+                        ok = await self.try_acquire()
+                except (ApiError, TimeoutError) as exc:
+                    log.warning("lease renewal failed; retrying", identity=self.identity, error=str(exc)[:300])
+                    continue
+                if not ok:
+                    self.leadership.lose("another replica holds the Lease")
+                    return
+                self.renewals += 1
+        finally:
+            self.leadership.lose("the renewal task ended")
+            log.error("leadership lost", identity=self.identity, reason=self.leadership.reason)

@@ -1,76 +1,422 @@
-"""The reconcile loop: caches in, one level-based pass over Runs and profiles, repeated on
-every change and at least every ``resync`` seconds; recovery at start and on every resync."""
+"""The reconcile loop: one work queue of object keys (a Run, a profile, the Node groups),
+fed by the caches' events with only the keys they affect and by a periodic resync with all
+of them; each key reconciled on its own, so one bad object or one dropped connection cannot
+stop the work for the others.
+
+Isolation, per key:
+
+* a Conflict requeues promptly after a short, growing delay (never a hot loop);
+* any other error is logged once per streak (object and reason), counted in
+  ``signal_reconcile_errors_total`` and retried with per-key exponential backoff and jitter,
+  honouring the server's Retry-After;
+* a structurally bad object (``TerminalError``, or an error that is not the API's that keeps
+  recurring) is ended with a condition and an Event: a Run ``Inconclusive``, a profile
+  ``Ready=False``; it is not retried until it changes;
+* only fencing (``NotLeader``) and a malformed admission ledger (``LedgerError``) stop the
+  process (fail closed).
+
+Keys are processed one at a time: admission relies on it (recovery may drop a ledger group
+whose Run does not exist yet only because no admission is between those two writes)."""
 
 import asyncio
 import contextlib
-import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
 
-from controller import metrics
+from controller import events, metrics
 from controller.ledger import LedgerError
 from controller.lifecycle import enforce_retention, recur
+from controller.nodes import NodeView
 from controller.profiles import reconcile_profile
 from controller.recovery import recover
 from controller.runs import reconcile_run
 from controller.state import Context, NotLeader, log
-from kubeio.errors import ApiError, Conflict
+from controller.workqueue import (
+    Backoff,
+    Done,
+    RequeueAfter,
+    Result,
+    Terminal,
+    TerminalError,
+    WorkQueue,
+)
+from kubeio.client import Obj, resource_path
+from kubeio.errors import ApiError, Conflict, NotFound
+from shared import keys
+from shared.conditions import set_condition
+from shared.run import TERMINAL_PHASES, Phase
 
-BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0)
+FATAL = (NotLeader, LedgerError)
+MAX_FAILURES = 5
+"""Consecutive failures (other than the API's) after which an object is ended."""
+CONFLICT_BACKOFF = Backoff(base=0.1, cap=5.0, jitter=0.5)
+CANCEL_POLL = 2.0
+"""A canceled Run waits for its workloads to go (they are not watched): look again after this."""
 
 
-async def one_pass(ctx: Context, *, resync: bool) -> None:
-    for run in sorted(ctx.runs.items.values(), key=lambda r: r["metadata"]["name"]):
-        await reconcile_run(ctx, run)
-    for profile in sorted(ctx.profiles.items.values(), key=lambda p: p["metadata"]["name"]):
-        await reconcile_profile(ctx, profile, resync=resync)
-        if resync:
-            await recur(ctx, profile)
-    await enforce_retention(ctx)
-    uids = {r["metadata"]["uid"] for r in ctx.runs.items.values()}
-    reserved = sum(1 for n in ctx.nodes.items.values() if n.reservation and n.reservation.run_uid in uids)
-    metrics.refresh(list(ctx.runs.items.values()), reserved)
+class Kind(StrEnum):
+    RUN = "Run"
+    PROFILE = "Profile"
+    GROUPS = "NodeGroups"
+    """The reservations as a whole: orphaned reservations, ledger groups, Workflows, retention."""
 
 
-async def _wait_for_change(ctx: Context, timeout: float) -> None:
-    informers = (ctx.nodes, ctx.profiles, ctx.runs, ctx.workflows)
-    waiters = [asyncio.create_task(i.changed.wait()) for i in informers]
+@dataclass(frozen=True, order=True)
+class Key:
+    kind: Kind
+    name: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}/{self.name}" if self.name else self.kind.value
+
+
+GROUPS = Key(Kind.GROUPS)
+
+
+def _deadline(run: Obj) -> datetime | None:
+    started = (run.get("status") or {}).get("startTime")
+    seconds = (run.get("spec") or {}).get("suiteDeadlineSeconds")
+    if not started or not isinstance(seconds, int):
+        return None
     try:
-        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await waiter
+        began = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return began + timedelta(seconds=seconds)
 
 
-async def run_loop(ctx: Context, stop: asyncio.Event, *, resync: float = 30.0, settle: float = 0.25) -> None:
-    """Reconcile until ``stop`` is set. Raises NotLeader when fenced out, LedgerError on a
-    malformed ledger (fail closed: the process exits and says why)."""
-    await ctx.take_fence()
-    await recover(ctx)
-    last_resync = time.monotonic()
-    failures = 0
-    while not stop.is_set():
-        for informer in (ctx.nodes, ctx.profiles, ctx.runs, ctx.workflows):
-            informer.changed.clear()
-        due = time.monotonic() - last_resync >= resync
+def run_requeue(run: Obj, now: datetime) -> Result:
+    """Pure: when a Run needs looking at again without any change (its suite deadline, or a
+    cancel waiting for workloads to go)."""
+    status = run.get("status") or {}
+    phase = status.get("phase") or Phase.PENDING
+    if phase in TERMINAL_PHASES:
+        return Done()
+    if (run.get("spec") or {}).get("cancel"):
+        return RequeueAfter(CANCEL_POLL)
+    deadline = _deadline(run) if phase == Phase.RUNNING else None
+    if deadline is not None:
+        return RequeueAfter(max(0.5, (deadline - now).total_seconds() + 0.5))
+    return Done()
+
+
+def _version(obj: Any) -> str:
+    if isinstance(obj, NodeView):
+        return obj.resource_version
+    if isinstance(obj, dict):
+        return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return ""
+
+
+def _generation(obj: Obj | None) -> object:
+    return ((obj or {}).get("metadata") or {}).get("generation")
+
+
+class Controller:
+    """The queue, the handlers that feed it, and the per-key reconcile with its isolation."""
+
+    def __init__(self, ctx: Context, *, resync: float = 30.0, queue: WorkQueue[Key] | None = None) -> None:
+        self.ctx = ctx
+        self.resync = resync
+        self.queue: WorkQueue[Key] = WorkQueue() if queue is None else queue
+        self.ended: dict[Key, str] = {}
+        """Objects ended as structurally bad, with the resourceVersion they were left at."""
+        self._resync_due: set[Key] = set()
+        self._last_error: dict[Key, str] = {}
+        self._conflicts: dict[Key, int] = {}
+        ctx.runs.handlers.append(self._on_run)
+        ctx.profiles.handlers.append(self._on_profile)
+        ctx.nodes.handlers.append(self._on_node)
+        ctx.workflows.handlers.append(self._on_workflow)
+
+    # -- what a change affects -----------------------------------------------------------
+
+    def _on_run(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        name = key.rpartition("/")[2]
+        self.queue.add(Key(Kind.RUN, name))
+        before = ((old or {}).get("status") or {}).get("phase")
+        after = ((new or {}).get("status") or {}).get("phase")
+        if old is None or new is None or before != after:
+            for obj in (old, new):
+                profile = ((obj or {}).get("spec") or {}).get("profile") or {}
+                if isinstance(profile, dict) and profile.get("name"):
+                    self.queue.add(Key(Kind.PROFILE, str(profile["name"])))
+            self.queue.add(GROUPS)
+
+    def _on_profile(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        name = key.rpartition("/")[2]
+        self.queue.add(Key(Kind.PROFILE, name))
+        if _generation(old) != _generation(new):
+            for run in self.ctx.runs.items.values():
+                if ((run.get("spec") or {}).get("profile") or {}).get("name") == name:
+                    self.queue.add(Key(Kind.RUN, run["metadata"]["name"]))
+
+    def _on_node(self, key: str, old: NodeView | None, new: NodeView | None) -> None:
+        for view in (old, new):
+            if view is None:
+                continue
+            requested = view.labels.get(keys.CERTIFY_LABEL)
+            if requested:
+                self.queue.add(Key(Kind.PROFILE, requested))
+            held = view.reservation
+            if held is not None and held.run_name and held.run_namespace == self.ctx.namespace:
+                self.queue.add(Key(Kind.RUN, held.run_name))
+        if (old.reservation if old else None) != (new.reservation if new else None):
+            # A freed or taken Node changes every budget and the orphan picture.
+            for profile in self.ctx.profiles.items:
+                self.queue.add(Key(Kind.PROFILE, profile.rpartition("/")[2]))
+            self.queue.add(GROUPS)
+
+    def _on_workflow(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        for obj in (old, new):
+            labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
+            if labels.get(keys.RUN_NAME_LABEL):
+                self.queue.add(Key(Kind.RUN, str(labels[keys.RUN_NAME_LABEL])))
+        if old is None or new is None:
+            self.queue.add(GROUPS)
+
+    def enqueue_all(self, *, resync: bool) -> None:
+        every = [GROUPS]
+        every += [Key(Kind.RUN, r["metadata"]["name"]) for r in sorted_objects(self.ctx.runs.items.values())]
+        every += [Key(Kind.PROFILE, p["metadata"]["name"]) for p in sorted_objects(self.ctx.profiles.items.values())]
+        for key in every:
+            if resync:
+                self._resync_due.add(key)
+            self.queue.add(key)
+
+    # -- reconciling one key -------------------------------------------------------------
+
+    def _current(self, key: Key) -> Obj | None:
+        if key.kind is Kind.RUN:
+            return self.ctx.runs.items.get(f"{self.ctx.namespace}/{key.name}")
+        if key.kind is Kind.PROFILE:
+            return self.ctx.profiles.items.get(f"/{key.name}")
+        return None
+
+    async def reconcile(self, key: Key, *, resync: bool) -> Result:
+        if key.kind is Kind.GROUPS:
+            await recover(self.ctx)
+            await enforce_retention(self.ctx)
+            # Issue 12: re-assert projections from here on a resync (``if resync: ...``).
+            self.refresh_metrics()
+            return Done()
+        obj = self._current(key)
+        if obj is None:
+            return Done()
+        ended = self.ended.get(key)
+        if ended is not None:
+            if ended == _version(obj):
+                return Done()
+            del self.ended[key]
+        if key.kind is Kind.RUN:
+            await reconcile_run(self.ctx, obj)
+            return run_requeue(obj, self.ctx.clock())
+        await reconcile_profile(self.ctx, obj, resync=resync)
+        if resync:
+            await recur(self.ctx, obj)
+        return Done()
+
+    async def process(self, key: Key) -> None:
+        """Reconcile one key and decide when it is looked at again. Raises only FATAL."""
+        resync = key in self._resync_due
+        self._resync_due.discard(key)
+        bound = log.bind(object=str(key), namespace=self.ctx.namespace)
+        result: Result | None
         try:
-            await one_pass(ctx, resync=due)
-            if due:
-                await recover(ctx)
-                last_resync = time.monotonic()
-            failures = 0
-        except (NotLeader, LedgerError):
+            result = await self.reconcile(key, resync=resync)
+        except FATAL:
             raise
+        except TerminalError as exc:
+            result = await self.end(key, exc.reason, exc.message)
         except Conflict as exc:
-            log.info("conflict; retrying", error=str(exc)[:300])
-            continue
-        except ApiError as exc:
-            delay = BACKOFF[min(failures, len(BACKOFF) - 1)]
-            failures += 1
-            log.warning("reconcile pass failed", error=str(exc)[:500], retry_in=delay)
-            await asyncio.sleep(delay)
-            continue
-        if stop.is_set():
-            break
-        await _wait_for_change(ctx, max(0.0, resync - (time.monotonic() - last_resync)))
-        await asyncio.sleep(settle)
+            count = self._conflicts.get(key, 0) + 1
+            self._conflicts[key] = count
+            delay = CONFLICT_BACKOFF.delay(count, self.queue.rand())
+            metrics.RECONCILE_ERRORS.labels(key.kind.value, "Conflict").inc()
+            bound.info("conflict; requeued", error=str(exc)[:300], retry_in=round(delay, 3))
+            self.queue.add_after(key, delay)
+            return
+        except Exception as exc:  # isolation: one object's failure is that object's only
+            result = await self._failed(key, exc, bound)
+            if result is None:
+                return
+        finally:
+            self.queue.done(key)
+        self._conflicts.pop(key, None)
+        if result is None:
+            return
+        if not isinstance(result, Terminal):
+            self.queue.forget(key)
+            if key in self._last_error:
+                bound.info("reconciled again after failures")
+                del self._last_error[key]
+        match result:
+            case Done():
+                metrics.RECONCILES.labels(key.kind.value, "done").inc()
+            case RequeueAfter(seconds=seconds):
+                metrics.RECONCILES.labels(key.kind.value, "requeue").inc()
+                self.queue.add_after(key, seconds)
+            case Terminal():
+                metrics.RECONCILES.labels(key.kind.value, "terminal").inc()
+
+    async def _failed(self, key: Key, exc: Exception, bound: Any) -> Result | None:
+        """Count and log a failure; back off, or end the object when it keeps failing in a
+        way the API server is not the cause of. None: requeued with backoff."""
+        error = type(exc).__name__
+        reason = f"{error}: {exc}"[:500]
+        metrics.RECONCILE_ERRORS.labels(key.kind.value, error).inc()
+        metrics.RECONCILES.labels(key.kind.value, "error").inc()
+        failures = self.queue.failures(key) + 1
+        if self._last_error.get(key) != reason:
+            self._last_error[key] = reason
+            if isinstance(exc, ApiError):
+                bound.warning("reconcile failed; retrying with backoff", error=reason, failures=failures)
+            else:
+                bound.warning("reconcile failed", error=reason, failures=failures, exc_info=exc)
+        if not isinstance(exc, ApiError) and key.kind is not Kind.GROUPS and failures >= MAX_FAILURES:
+            return await self.end(key, "ReconcileFailed", f"failed {failures} times: {reason}")
+        at_least = exc.retry_after if isinstance(exc, ApiError) and exc.retry_after else 0.0
+        delay = self.queue.add_rate_limited(key, at_least=at_least)
+        bound.debug("requeued", retry_in=round(delay, 3), failures=failures)
+        return None
+
+    # -- ending a structurally bad object ------------------------------------------------
+
+    async def end(self, key: Key, reason: str, message: str) -> Result:
+        """End ``key``'s object with a condition and an Event instead of retrying it forever.
+        If even that fails, it is retried with backoff like any failure."""
+        obj = self._current(key)
+        bound = log.bind(object=str(key), namespace=self.ctx.namespace)
+        if obj is None:
+            return Done()
+        bound.error("object cannot be reconciled; ending it", reason=reason, message=message[:500])
+        metrics.ENDED.labels(key.kind.value).inc()
+        try:
+            if key.kind is Kind.RUN:
+                written = await self._end_run(obj, reason, message)
+            else:
+                written = await self._end_profile(obj, reason, message)
+        except FATAL:
+            raise
+        except NotFound:
+            return Done()
+        except Exception as exc:
+            bound.warning("could not end the object; retrying", error=f"{type(exc).__name__}: {exc}"[:300])
+            self.queue.add_rate_limited(key)
+            return Terminal(reason, message)
+        self.ended[key] = _version(written) or _version(obj)
+        return Terminal(reason, message)
+
+    async def _end_run(self, run: Obj, reason: str, message: str) -> Obj:
+        status = run.get("status") or {}
+        meta = run["metadata"]
+        conditions = set_condition(
+            status.get("conditions") or [],
+            type_="Reconciled",
+            status=False,
+            reason=reason,
+            message=message[:1000],
+            generation=meta.get("generation"),
+            now=self.ctx.clock(),
+        )
+        update: dict[str, Any] = {"conditions": conditions}
+        if (status.get("phase") or Phase.PENDING) not in TERMINAL_PHASES:
+            update |= {
+                "phase": Phase.INCONCLUSIVE.value,
+                "reason": reason,
+                "message": f"the controller cannot reconcile this Run: {message}"[:1000],
+                "completionTime": status.get("completionTime") or self.ctx.timestamp(),
+            }
+        written = await self.ctx.patch_run_status(run, update)
+        await events.emit(self.ctx, events.run_ref(run), reason, message, warning=True)
+        return written
+
+    async def _end_profile(self, profile: Obj, reason: str, message: str) -> Obj:
+        status = profile.get("status") or {}
+        meta = profile["metadata"]
+        conditions = set_condition(
+            status.get("conditions") or [],
+            type_="Ready",
+            status=False,
+            reason=reason,
+            message=message[:1000],
+            generation=meta.get("generation"),
+            now=self.ctx.clock(),
+        )
+        path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=meta["name"], subresource="status")
+        written = await self.ctx.kube.merge_patch(
+            path, {"metadata": {"uid": meta["uid"]}, "status": {"conditions": conditions}}
+        )
+        involved = {"apiVersion": keys.API_VERSION, "kind": keys.PROFILE_KIND, "name": meta["name"], "uid": meta["uid"]}
+        await events.emit(self.ctx, involved, reason, message, warning=True)
+        return written
+
+    # -- the loop ------------------------------------------------------------------------
+
+    def refresh_metrics(self) -> None:
+        ctx = self.ctx
+        uids = {r["metadata"]["uid"] for r in ctx.runs.items.values()}
+        reserved = sum(1 for n in ctx.nodes.items.values() if n.reservation and n.reservation.run_uid in uids)
+        metrics.refresh(list(ctx.runs.items.values()), reserved)
+
+    async def start(self, stop: asyncio.Event) -> None:
+        """Take the fence and recover, retrying while the API server cannot be reached."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                await self.ctx.take_fence()
+                await recover(self.ctx)
+                return
+            except FATAL:
+                raise
+            except Exception as exc:
+                failures += 1
+                delay = self.queue.backoff.delay(failures, self.queue.rand())
+                log.warning(
+                    "start-up recovery failed; retrying", error=f"{type(exc).__name__}: {exc}"[:300], retry_in=delay
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+
+    async def _resync_timer(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.resync)
+            if not stop.is_set():
+                self.enqueue_all(resync=True)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Reconcile until ``stop`` is set. Raises NotLeader when fenced out, LedgerError on a
+        malformed ledger (fail closed: the process exits and says why)."""
+        await self.start(stop)
+        self.enqueue_all(resync=True)
+        timer = asyncio.create_task(self._resync_timer(stop), name="resync")
+        stopper = asyncio.create_task(self._shutdown_on(stop), name="stop")
+        try:
+            while not stop.is_set():
+                key = await self.queue.get()
+                if key is None:
+                    break
+                metrics.QUEUE_DEPTH.set(len(self.queue))
+                await self.process(key)
+        finally:
+            for task in (timer, stopper):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _shutdown_on(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self.queue.shutdown()
+
+
+def sorted_objects(objects: Iterable[Obj]) -> list[Obj]:
+    return sorted(objects, key=lambda o: o["metadata"]["name"])
+
+
+async def run_loop(ctx: Context, stop: asyncio.Event, *, resync: float = 30.0) -> None:
+    """Build the controller over ``ctx``'s caches and reconcile until ``stop`` is set."""
+    await Controller(ctx, resync=resync).run(stop)

@@ -7,10 +7,10 @@ import os
 import signal
 import socket
 
-from controller import metrics
 from controller.leader import LeaderElector
 from controller.ledger import LedgerError
 from controller.loop import run_loop
+from controller.probes import Probes
 from controller.state import Context, NotLeader, log
 from kubeio.client import Kube
 from kubeio.logs import configure_logging
@@ -18,6 +18,8 @@ from kubeio.logs import configure_logging
 
 async def serve(args: argparse.Namespace) -> int:
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller")
+    # The Lease has a connection of its own: renewals never queue behind reconcile traffic.
+    lease_kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller", timeout=5.0)
     ctx = Context(
         kube,
         args.namespace,
@@ -25,28 +27,38 @@ async def serve(args: argparse.Namespace) -> int:
         profile_selector=args.profile_selector,
         workflow_instance_id=args.workflow_instance_id,
     )
-    stop, lost = asyncio.Event(), asyncio.Event()
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    elector = LeaderElector(kube, args.namespace, args.identity)
-    metrics.serve(args.metrics_port)
+    elector = LeaderElector(lease_kube, args.namespace, args.identity)
+    leadership = elector.leadership
+    kube.write_guard = leadership.guard
+    probes = Probes()
+    probes.leading = lambda: leadership.may_write(leadership.clock())
+    await probes.start(args.metrics_port)
+    keeper: asyncio.Task[None] | None = None
+    work: asyncio.Task[None] | None = None
     try:
-        await elector.acquire()
-        keeper = asyncio.create_task(elector.keep(lost))
+        acquiring = asyncio.create_task(elector.acquire())
+        await asyncio.wait({acquiring, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+        if not acquiring.done():
+            acquiring.cancel()
+            return 0
+        keeper = asyncio.create_task(elector.keep(), name="lease renewal")
         ctx.start_caches()
+        probes.informers = {"nodes": ctx.nodes, "profiles": ctx.profiles, "runs": ctx.runs, "workflows": ctx.workflows}
         await ctx.wait_synced()
         log.info("caches synced", nodes=len(ctx.nodes.items), runs=len(ctx.runs.items))
-        work = asyncio.create_task(run_loop(ctx, stop, resync=args.resync))
-        done, _ = await asyncio.wait({work, asyncio.create_task(lost.wait())}, return_when=asyncio.FIRST_COMPLETED)
-        if work not in done:
-            work.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await work
-            log.error("stopping: leadership lost")
+        work = asyncio.create_task(run_loop(ctx, stop, resync=args.resync), name="reconcile")
+        await asyncio.wait({work, keeper}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            # The renewal task ended (refused, deadline passed, or died): writes are already
+            # refused by the guard; stop reconciling at once.
+            failure = keeper.exception() if not keeper.cancelled() else None
+            log.error("stopping: leadership lost", reason=leadership.reason, error=str(failure) if failure else None)
             return 1
         await work
-        keeper.cancel()
         return 0
     except NotLeader as exc:
         log.error("stopping: fenced out by another controller", error=str(exc))
@@ -55,8 +67,15 @@ async def serve(args: argparse.Namespace) -> int:
         log.error("stopping: the admission ledger is malformed; inspect it before restarting", error=str(exc))
         return 2
     finally:
+        for task in (work, keeper):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        await probes.stop()
         await ctx.stop_caches()
         await kube.close()
+        await lease_kube.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--workflow-instance-id", default="", help="Argo instanceID to label Workflows with (when Argo uses one)"
     )
-    parser.add_argument("--metrics-port", type=int, default=8080, help="serve Prometheus /metrics here (0: off)")
+    parser.add_argument(
+        "--metrics-port", type=int, default=8080, help="serve /metrics, /healthz and /readyz here (0: off)"
+    )
     args = parser.parse_args(argv)
     configure_logging(args.log_format)
     return asyncio.run(serve(args))

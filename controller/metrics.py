@@ -1,4 +1,4 @@
-"""The controller's Prometheus metrics (served on ``--metrics-port`` at ``/metrics``).
+"""The controller's Prometheus metrics (served on ``--metrics-port`` at ``/metrics`` by probes.py).
 
 * ``signal_runs`` (gauge, by phase): Runs in the controller's namespace.
 * ``signal_nodes_reserved`` (gauge): Nodes carrying a reservation of this namespace's Runs.
@@ -6,12 +6,19 @@
 * ``signal_evidence_verification_failures_total`` (counter): check evidence that failed
   verification (missing, malformed, foreign, digest mismatch, incomplete, ...).
 * ``signal_runs_finished_total`` (counter, by phase).
+* ``signal_reconcile_errors_total`` (counter, by kind of object and error): reconciles that
+  raised; the object is retried with backoff (or ended, when it is structurally bad).
+* ``signal_reconciles_total`` (counter, by kind and result: done, requeue, terminal, error).
+* ``signal_objects_ended_total`` (counter, by kind): structurally bad objects ended with a
+  condition and an Event.
+* ``signal_informer_synced`` (gauge, by resource): 1 while that cache follows the API server.
+* ``signal_workqueue_depth`` (gauge): keys waiting to be reconciled now.
 """
 
 from collections import Counter as Tally
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.run import Phase
 
@@ -28,12 +35,15 @@ EVIDENCE_FAILURES = Counter(
     "signal_evidence_verification_failures", "Check evidence that failed verification", registry=REGISTRY
 )
 FINISHED = Counter("signal_runs_finished", "Runs that reached a terminal phase", ["phase"], registry=REGISTRY)
-
-
-def serve(port: int) -> None:
-    """Serve /metrics on ``port`` (0: do not serve)."""
-    if port:
-        start_http_server(port, registry=REGISTRY)
+RECONCILE_ERRORS = Counter(
+    "signal_reconcile_errors", "Reconciles that raised, by kind and error", ["kind", "error"], registry=REGISTRY
+)
+RECONCILES = Counter("signal_reconciles", "Reconciles by kind and result", ["kind", "result"], registry=REGISTRY)
+ENDED = Counter("signal_objects_ended", "Structurally bad objects ended", ["kind"], registry=REGISTRY)
+INFORMER_SYNCED = Gauge(
+    "signal_informer_synced", "1 while a cache follows the API server", ["resource"], registry=REGISTRY
+)
+QUEUE_DEPTH = Gauge("signal_workqueue_depth", "Keys waiting to be reconciled now", registry=REGISTRY)
 
 
 def refresh(runs: list[dict[str, Any]], reserved_nodes: int) -> None:

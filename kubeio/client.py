@@ -1,17 +1,25 @@
-"""Raw-JSON requests and watches through kubernetes_asyncio's configured ApiClient."""
+"""Raw-JSON requests and watches through kubernetes_asyncio's configured ApiClient.
 
+The edge of the services: every request has a timeout, every failure leaves as a
+``kubeio.errors.ApiError`` (``TransportError`` when no answer came), retryable reads are
+sent again honouring Retry-After, and every write passes an optional guard (the
+controller's leadership) and the crash points."""
+
+import asyncio
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 
+import aiohttp
+import structlog
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from kubeio import crashpoints
-from kubeio.errors import ApiError, NotFound, error_for
+from kubeio.errors import ApiError, NotFound, TooManyRequests, TransportError, error_for, parse_retry_after
 
 Obj = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -19,6 +27,12 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
 # Benchmarks set SIGNAL_REQUEST_LOG=<file> to record every request (time, verb, path).
 _REQUEST_LOG = os.environ.get("SIGNAL_REQUEST_LOG", "")
+WATCH_SECONDS = 290
+"""A watch asks the server to end it after this long (then it is resumed)."""
+WATCH_GRACE = 30
+"""A watch silent this long past its timeoutSeconds is a dead connection."""
+MAX_RETRY_WAIT = 5.0
+log = structlog.get_logger("kubeio")
 
 
 def resource_path(
@@ -51,24 +65,51 @@ def _verb(method: str, path: str, query: Mapping[str, str] | None) -> str:
     return "LIST" if collection else "GET"
 
 
-class Kube:
-    """One identity's connection to the API server."""
+def _retry_delay(error: ApiError, attempt: int) -> float:
+    """How long to wait before sending a request again: the server's Retry-After when it gave
+    one, else a short doubling delay; capped so that a reconcile is never held for long (the
+    work queue backs off further)."""
+    if error.retry_after is not None:
+        return min(error.retry_after, MAX_RETRY_WAIT)
+    return min(0.2 * (2.0**attempt), MAX_RETRY_WAIT)
 
-    def __init__(self, api_client: k8s.ApiClient, *, field_manager: str) -> None:
+
+def _may_resend(method: str, error: ApiError) -> bool:
+    """A read may be sent again after any retryable failure; a write only after a 429 (the
+    server refused it before acting on it): a write that got no answer may have been applied,
+    so it goes back to its caller, whose writes are safe to repeat at the next reconcile."""
+    if not error.retryable:
+        return False
+    return method == "GET" or isinstance(error, TooManyRequests)
+
+
+class Kube:
+    """One identity's connection to the API server. Every request has a timeout; a request
+    that fails without an answer raises ``TransportError``; reads that fail in a retryable way
+    are sent again (at most ``retries`` times, honouring Retry-After)."""
+
+    def __init__(
+        self, api_client: k8s.ApiClient, *, field_manager: str, timeout: float = 30.0, retries: int = 2
+    ) -> None:
         self.api = api_client
         self.field_manager = field_manager
+        self.timeout = timeout
+        self.retries = retries
         self.requests: dict[str, int] = {}
         """Requests sent, by verb (for benchmarks)."""
+        self.write_guard: Callable[[str, str], None] | None = None
+        """Called with (method, path) before every write (not dry runs, which change nothing);
+        raises to refuse it (the controller's leadership)."""
 
     @classmethod
-    async def connect(cls, *, kubeconfig: str | None, field_manager: str) -> "Kube":
+    async def connect(cls, *, kubeconfig: str | None, field_manager: str, timeout: float = 30.0) -> "Kube":
         """In-cluster configuration when running in a Pod, else the kubeconfig file."""
         configuration = k8s.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        return cls(k8s.ApiClient(configuration=configuration), field_manager=field_manager)
+        return cls(k8s.ApiClient(configuration=configuration), field_manager=field_manager, timeout=timeout)
 
     async def close(self) -> None:
         await self.api.close()
@@ -81,7 +122,7 @@ class Kube:
         body: Any = None,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
-        timeout: float | None = 30.0,
+        timeout: float | aiohttp.ClientTimeout,
     ) -> Any:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
         await self.api.update_params_for_auth(headers, [], ["BearerToken"])
@@ -103,6 +144,27 @@ class Kube:
             )
         except ApiException as exc:  # pragma: no cover - only raised with preloaded content
             raise error_for(exc.status or 0, exc.body, method, path) from exc
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise TransportError(_describe(exc), method, path) from exc
+
+    async def _once(self, method: str, path: str, body: Any, query: Mapping[str, str] | None, content_type: str) -> Obj:
+        response = await self._send(
+            method, path, body=body, query=query, content_type=content_type, timeout=self.timeout
+        )
+        try:
+            payload = await response.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise TransportError(f"reading the answer: {_describe(exc)}", method, path) from exc
+        finally:
+            response.release()
+        try:
+            decoded = json.loads(payload) if payload else {}
+        except ValueError:
+            decoded = {"message": payload[:500].decode(errors="replace")}
+        if response.status >= 300:
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            raise error_for(response.status, decoded, method, path, retry_after=retry_after)
+        return cast(Obj, decoded)
 
     async def request(
         self,
@@ -113,24 +175,30 @@ class Kube:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
     ) -> Obj:
-        """Send one request; raise an ``ApiError`` subclass on a non-2xx answer."""
+        """Send one request; raise an ``ApiError`` subclass on a non-2xx answer or none."""
         write = method in _WRITES
+        guarded = write and self.write_guard is not None and not (query and query.get("dryRun"))
         if write:
+            if guarded and self.write_guard is not None:
+                self.write_guard(method, path)
             crashpoints.hit(f"before {method} {path}")
-        response = await self._send(method, path, body=body, query=query, content_type=content_type)
-        try:
-            payload = await response.read()
-        finally:
-            response.release()
-        try:
-            decoded = json.loads(payload) if payload else {}
-        except ValueError:
-            decoded = {"message": payload[:500].decode(errors="replace")}
-        if response.status >= 300:
-            raise error_for(response.status, decoded, method, path)
+        attempt = 0
+        while True:
+            try:
+                decoded = await self._once(method, path, body, query, content_type)
+                break
+            except ApiError as exc:
+                if attempt >= self.retries or not _may_resend(method, exc):
+                    raise
+                delay = _retry_delay(exc, attempt)
+                log.info("retrying a request", method=method, path=path, error=str(exc)[:200], retry_in=delay)
+                attempt += 1
+                await asyncio.sleep(delay)
+                if guarded and self.write_guard is not None:
+                    self.write_guard(method, path)
         if write:
             crashpoints.hit(f"after {method} {path}")
-        return cast(Obj, decoded)
+        return decoded
 
     async def get(self, path: str, **query: str) -> Obj:
         return await self.request("GET", path, query=query or None)
@@ -170,18 +238,60 @@ class Kube:
             body["gracePeriodSeconds"] = grace_seconds
         return await self.request("DELETE", path, body=body)
 
-    async def watch(self, path: str, *, resource_version: str, **query: str) -> AsyncIterator[Obj]:
-        """Watch events (with bookmarks) until the server ends the stream."""
-        params = {"watch": "true", "allowWatchBookmarks": "true", "resourceVersion": resource_version, **query}
-        response = await self._send("GET", path, query=params, timeout=None)
+    async def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        timeout_seconds: int = WATCH_SECONDS,
+        opened: Callable[[], None] | None = None,
+        query: Mapping[str, str] | None = None,
+        **extra: str,
+    ) -> AsyncIterator[Obj]:
+        """Watch events (with bookmarks) from ``resource_version`` until the server ends the
+        stream, which it does after ``timeout_seconds``. A stream silent for longer than that
+        (a half-open connection) fails with ``TransportError``; so does a dropped one.
+        ``opened`` is called once the server has accepted the watch."""
+        params = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(timeout_seconds),
+            **(query or {}),
+            **extra,
+        }
+        seconds = int(params["timeoutSeconds"])
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=self.timeout, sock_connect=self.timeout, sock_read=seconds + WATCH_GRACE
+        )
+        response = await self._send("GET", path, query=params, timeout=timeout)
         try:
             if response.status >= 300:
-                raise error_for(response.status, json.loads(await response.read() or b"{}"), "WATCH", path)
-            async for line in response.content:
-                if line.strip():
-                    yield json.loads(line)
+                try:
+                    payload = await response.read()
+                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    raise TransportError(f"reading the answer: {_describe(exc)}", "WATCH", path) from exc
+                try:
+                    decoded = json.loads(payload or b"{}")
+                except ValueError:
+                    decoded = {"message": payload[:500].decode(errors="replace")}
+                retry_after = parse_retry_after(response.headers.get("Retry-After"))
+                raise error_for(response.status, decoded, "WATCH", path, retry_after=retry_after)
+            if opened is not None:
+                opened()
+            try:
+                async for line in response.content:
+                    if line.strip():
+                        yield json.loads(line)
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                raise TransportError(f"watch stream: {_describe(exc)}", "WATCH", path) from exc
         finally:
             response.release()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 __all__ = ["ApiError", "Kube", "Obj", "resource_path"]

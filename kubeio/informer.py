@@ -1,34 +1,76 @@
-"""List-then-watch caches of raw objects, with bookmarks and re-list on 410 Gone.
+"""List-then-watch caches of raw objects, with bookmarks, resumption and re-list on 410 Gone.
 
 Each object is reduced by a caller-supplied function as it arrives, so a cache holds only
-what its user needs (e.g. a compact Node view). ``changed`` is set on every change."""
+what its user needs (e.g. a compact Node view); an object the function cannot reduce is
+left out of the cache and logged, never fatal. ``changed`` is set on every change and every
+handler is called with ``(key, old, new)``.
+
+A watch asks the server to end it after ``timeoutSeconds`` and is resumed from the last
+resourceVersion seen (events or bookmarks); a stream silent past that is a dead connection.
+When a watch cannot be resumed the cache reports itself unsynced (``is_synced``, with the
+reason in ``last_error``), tries again with a capped, jittered backoff logged at WARNING,
+and becomes synced again as soon as a watch is re-established or a list succeeds."""
 
 import asyncio
 import contextlib
+import random
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import structlog
 
-from kubeio.client import Kube, Obj
-from kubeio.errors import ApiError
+from kubeio.client import WATCH_SECONDS, Kube, Obj
+from kubeio.errors import ApiError, Gone, error_for
 
 T = TypeVar("T")
 log = structlog.get_logger("informer")
+Handler = Callable[[str, T | None, T | None], None]
+
+
+def backoff_delay(failures: int, *, base: float = 0.5, cap: float = 10.0, rand: float = 0.5) -> float:
+    """Delay before the ``failures``-th retry (1-based): doubling from ``base`` up to ``cap``,
+    scaled by a jitter factor in [0.75, 1.25) from ``rand`` in [0, 1). Pure."""
+    raw = min(cap, base * (2.0 ** max(0, failures - 1)))
+    return raw * (0.75 + rand / 2)
 
 
 class Informer(Generic[T]):
     page_size = 500
+    watch_seconds = WATCH_SECONDS
+    """A watch asks the server to end it after this long; it is then resumed."""
+    max_backoff = 10.0
+    """The longest wait between attempts while the API server cannot be followed."""
 
-    def __init__(self, kube: Kube, path: str, reduce: Callable[[Obj], T], **query: str) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        path: str,
+        reduce: Callable[[Obj], T],
+        **query: str,
+    ) -> None:
         self.kube = kube
         self.path = path
         self.reduce = reduce
         self.query = query
         self.items: dict[str, T] = {}
         self.synced = asyncio.Event()
+        """Set once the first list has completed (and stays set)."""
         self.changed = asyncio.Event()
+        self.handlers: list[Handler[T]] = []
+        self.last_error = ""
+        """Why the cache is not synced now (empty while it is)."""
+        self.unreducible = 0
+        """Objects left out of the cache because ``reduce`` failed on them."""
+        self._fresh = False
+        self._version = ""
+        self._failures = 0
         self._task: asyncio.Task[None] | None = None
+        self._rng = random.Random()
+
+    @property
+    def is_synced(self) -> bool:
+        """True while the cache follows the server: listed, and its watch open or resumable."""
+        return self._fresh
 
     @staticmethod
     def key(obj: Obj) -> str:
@@ -44,6 +86,45 @@ class Informer(Generic[T]):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
+    def _reduce(self, obj: Obj) -> T | None:
+        try:
+            return self.reduce(obj)
+        except Exception as exc:  # one malformed object must not stop the cache
+            self.unreducible += 1
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            log.warning(
+                "object left out of the cache: it cannot be read",
+                path=self.path,
+                object=(meta or {}).get("name") if isinstance(meta, dict) else None,
+                error=f"{type(exc).__name__}: {exc}"[:300],
+            )
+            return None
+
+    def _notify(self, key: str, old: T | None, new: T | None) -> None:
+        for handler in self.handlers:
+            try:
+                handler(key, old, new)
+            except Exception:  # a handler's bug must not stop the cache
+                log.exception("informer handler failed", path=self.path, key=key)
+
+    def _put(self, key: str, value: T | None) -> None:
+        old = self.items.get(key)
+        if value is None:
+            self.items.pop(key, None)
+        else:
+            self.items[key] = value
+        if old is not None or value is not None:
+            self._notify(key, old, value)
+        self.changed.set()
+
+    def _replace(self, items: dict[str, T]) -> None:
+        previous, self.items = self.items, items
+        for key in previous.keys() | items.keys():
+            old, new = previous.get(key), items.get(key)
+            if old is not new and old != new:
+                self._notify(key, old, new)
+        self.changed.set()
+
     async def _list(self) -> tuple[dict[str, T], str]:
         """List in pages, reducing each page as it arrives, so the peak memory of the initial
         sync is one page of raw JSON rather than the whole collection."""
@@ -55,32 +136,78 @@ class Informer(Generic[T]):
                 query["continue"] = token
             page = await self.kube.get(self.path, **query)
             for obj in page.get("items", []):
-                items[self.key(obj)] = self.reduce(obj)
+                reduced = self._reduce(obj)
+                if reduced is not None:
+                    items[self.key(obj)] = reduced
             token = page["metadata"].get("continue") or ""
             if not token:
                 return items, page["metadata"]["resourceVersion"]
 
+    def _mark_synced(self) -> None:
+        if not self._fresh and self.synced.is_set():
+            log.warning("informer synced again", path=self.path)
+        self._fresh = True
+        self.last_error = ""
+        self.synced.set()
+        self.changed.set()
+
+    def _mark_unsynced(self, reason: str) -> None:
+        self._fresh = False
+        self.last_error = reason
+        self.changed.set()
+
+    def _opened(self) -> None:
+        self._failures = 0
+        self._mark_synced()
+
+    async def _watch(self) -> None:
+        """Follow one watch stream from ``_version``, advancing it with every event."""
+        async for event in self.kube.watch(
+            self.path,
+            resource_version=self._version,
+            timeout_seconds=self.watch_seconds,
+            opened=self._opened,
+            query=self.query,
+        ):
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                raise error_for(int(obj.get("code", 500)), obj, "WATCH", self.path)
+            self._version = obj["metadata"]["resourceVersion"]
+            if kind == "BOOKMARK":
+                continue
+            key = self.key(obj)
+            self._put(key, None if kind == "DELETED" else self._reduce(obj))
+
     async def _run(self) -> None:
         while True:
             try:
-                self.items, version = await self._list()
-                self.synced.set()
-                self.changed.set()
-                while True:
-                    async for event in self.kube.watch(self.path, resource_version=version, **self.query):
-                        kind, obj = event["type"], event["object"]
-                        if kind == "ERROR":
-                            raise ApiError(int(obj.get("code", 500)), obj.get("reason", ""), obj.get("message", ""))
-                        version = obj["metadata"]["resourceVersion"]
-                        if kind == "BOOKMARK":
-                            continue
-                        if kind == "DELETED":
-                            self.items.pop(self.key(obj), None)
-                        else:
-                            self.items[self.key(obj)] = self.reduce(obj)
-                        self.changed.set()
+                if not self._version:
+                    items, self._version = await self._list()
+                    self._replace(items)
+                    self._opened()
+                await self._watch()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # any watch failure means: list again
-                log.info("informer re-listing", path=self.path, error=str(exc)[:200])
-                await asyncio.sleep(0.5)
+            except Gone:
+                log.info("informer re-listing: its resourceVersion expired", path=self.path)
+                self._version = ""
+            except Exception as exc:  # any other failure: resume, else back off and try again
+                self._failures += 1
+                failures, version = self._failures, self._version
+                reason = f"{type(exc).__name__}: {exc}"[:300]
+                if failures == 1 and version:
+                    log.info("watch ended; resuming", path=self.path, error=reason)
+                    continue
+                self._mark_unsynced(reason)
+                delay = backoff_delay(failures, cap=self.max_backoff, rand=self._rng.random())
+                retry_after = exc.retry_after if isinstance(exc, ApiError) else None
+                delay = max(delay, min(retry_after or 0.0, self.max_backoff * 3))
+                log.warning(
+                    "informer cannot follow the API server; its cache is not synced",
+                    path=self.path,
+                    error=reason,
+                    failures=failures,
+                    retry_in=round(delay, 2),
+                    resume_from=version or None,
+                )
+                await asyncio.sleep(delay)

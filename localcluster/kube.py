@@ -1,6 +1,8 @@
 """A small raw-JSON Kubernetes client over httpx for the local control plane's own
-support code (CRD install, fleet, process kubelet). It shares only the pure path
-builder with kubeio; the services use kubeio's gateway.
+support code (CRD install, fleet, process kubelet). It shares the pure path builder and
+the error hierarchy with kubeio (a request with no answer raises kubeio's
+``TransportError``, an answer the ``ApiError`` subclass for its status); the services use
+kubeio's gateway.
 """
 
 import json
@@ -13,6 +15,7 @@ from typing import Any
 import httpx
 
 from kubeio.client import resource_path
+from kubeio.errors import ApiError, TransportError, error_for, parse_retry_after
 
 Obj = dict[str, Any]
 
@@ -26,16 +29,6 @@ CORE_PLURALS = {
     "serviceaccounts",
     "events",
 }
-
-
-class ApiError(RuntimeError):
-    """A non-2xx answer of the API server."""
-
-    def __init__(self, status: int, reason: str, message: str, method: str, path: str) -> None:
-        super().__init__(f"{method} {path}: HTTP {status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
 
 
 @dataclass
@@ -80,20 +73,24 @@ class KubeClient:
         if accept:
             headers["Accept"] = accept
         try:
-            response = await self._http.request(method, path, content=content, params=params, headers=headers)
-        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
-            # A keep-alive connection the server has just closed fails on reuse. Only a
-            # read is safe to send again; a write may have been applied, so it surfaces.
-            if method != "GET":
-                raise
-            response = await self._http.request(method, path, content=content, params=params, headers=headers)
+            try:
+                response = await self._http.request(method, path, content=content, params=params, headers=headers)
+            except (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError):
+                # A keep-alive connection the server has just closed fails on reuse. Only a
+                # read is safe to send again; a write may have been applied, so it surfaces.
+                if method != "GET":
+                    raise
+                response = await self._http.request(method, path, content=content, params=params, headers=headers)
+        except httpx.TransportError as exc:
+            # The same error kubeio raises: no answer at all (refused, reset, timed out).
+            raise TransportError(f"{type(exc).__name__}: {exc}", method, path) from exc
         if response.status_code >= 300:
             try:
                 status = response.json()
-                reason, message = status.get("reason", ""), status.get("message", response.text)
             except ValueError:
-                reason, message = "", response.text
-            raise ApiError(response.status_code, reason, message, method, path)
+                status = {"message": response.text}
+            retry_after = parse_retry_after(response.headers.get("Retry-After"))
+            raise error_for(response.status_code, status, method, path, retry_after=retry_after)
         if not response.content:
             return {}
         result: Obj = response.json()
@@ -124,13 +121,16 @@ class KubeClient:
     async def watch(self, path: str, **params: str) -> AsyncIterator[Obj]:
         """Yield watch events (dicts with type and object) until the server closes."""
         query = {"watch": "true", "allowWatchBookmarks": "true", **params}
-        async with self._http.stream("GET", path, params=query, timeout=None) as response:
-            if response.status_code >= 300:
-                text = (await response.aread()).decode(errors="replace")
-                raise ApiError(response.status_code, "", text, "WATCH", path)
-            async for line in response.aiter_lines():
-                if line:
-                    yield json.loads(line)
+        try:
+            async with self._http.stream("GET", path, params=query, timeout=None) as response:
+                if response.status_code >= 300:
+                    text = (await response.aread()).decode(errors="replace")
+                    raise error_for(response.status_code, {"message": text}, "WATCH", path)
+                async for line in response.aiter_lines():
+                    if line:
+                        yield json.loads(line)
+        except httpx.TransportError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}", "WATCH", path) from exc
 
 
 __all__ = ["ApiError", "KubeClient", "Obj", "resource_path"]

@@ -67,7 +67,9 @@ class ControllerProcess:
                 "--namespace",
                 self.namespace,
                 "--identity",
-                f"controller-{self.namespace}",
+                # Each replica its own identity (as POD_NAME gives each Pod), so that two
+                # replicas compete for the Lease; a restarted replica keeps its identity.
+                f"controller-{self.namespace}" + (f"-{self.identity}" if self.identity else ""),
                 "--profile-selector",
                 f"test={self.namespace}",
                 "--resync",

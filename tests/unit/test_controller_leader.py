@@ -1,89 +1,135 @@
-"""controller/leader.py ``may_acquire``: whether a Lease may be taken now."""
+"""controller/leader.py: expiry on the local monotonic clock (``observe``, ``may_acquire``)
+and when writes are allowed (``Leadership``). The elector against the real API server is in
+tests/integration/test_leader_election.py."""
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from controller.leader import may_acquire
+from controller.leader import Leadership, Observed, may_acquire, observe, record
+from controller.state import NotLeader
 
 ME = "controller-a"
-NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
-def _micro(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _lease(holder: str | None, renewed: datetime | None, duration: int | None = 15) -> dict[str, Any]:
-    spec: dict[str, Any] = {}
+def _lease(holder: str | None, renewed: str = "2025-03-01T12:00:00.000000Z", duration: int | None = 15) -> Any:
+    spec: dict[str, Any] = {"renewTime": renewed}
     if holder is not None:
         spec["holderIdentity"] = holder
-    if renewed is not None:
-        spec["renewTime"] = _micro(renewed)
     if duration is not None:
         spec["leaseDurationSeconds"] = duration
     return {"metadata": {"name": "signal-controller", "resourceVersion": "3"}, "spec": spec}
 
 
+FOREIGN = _lease("controller-b")
+SEEN_AT_100 = Observed(record(FOREIGN), 100.0)
+
+
 @pytest.mark.parametrize(
-    ("lease", "expected"),
+    ("lease", "observed", "now", "expected"),
     [
-        pytest.param(None, True, id="no lease yet"),
-        pytest.param(_lease(ME, NOW), True, id="own fresh lease (renewal)"),
-        pytest.param(_lease(ME, NOW - timedelta(hours=1)), True, id="own expired lease"),
-        pytest.param(_lease("", NOW), True, id="empty holder (released lease)"),
-        pytest.param(_lease(None, NOW), True, id="no holder at all"),
-        pytest.param({"metadata": {}}, True, id="lease without spec"),
-        pytest.param({"metadata": {}, "spec": None}, True, id="lease with null spec"),
-        pytest.param(_lease("controller-b", NOW), False, id="foreign lease renewed just now"),
-        pytest.param(_lease("controller-b", NOW - timedelta(seconds=14)), False, id="foreign lease 14s of 15s old"),
+        pytest.param(None, None, 0.0, True, id="no lease yet"),
+        pytest.param(_lease(ME), None, 0.0, True, id="own lease (renewal, or a restart of this replica)"),
+        pytest.param(_lease(""), None, 0.0, True, id="released lease (empty holder)"),
+        pytest.param(_lease(None), None, 0.0, True, id="no holder at all"),
+        pytest.param({"metadata": {}}, None, 0.0, True, id="lease without spec"),
+        pytest.param(FOREIGN, None, 1e9, False, id="foreign lease never observed before is held"),
+        pytest.param(FOREIGN, SEEN_AT_100, 100.0, False, id="foreign lease just observed"),
+        pytest.param(FOREIGN, SEEN_AT_100, 115.0, False, id="foreign lease unchanged for exactly its duration"),
+        pytest.param(FOREIGN, SEEN_AT_100, 115.001, True, id="foreign lease unchanged past its duration"),
         pytest.param(
-            _lease("controller-b", NOW - timedelta(seconds=15)),
+            _lease("controller-b", renewed="2025-03-01T12:00:02.000000Z"),
+            SEEN_AT_100,
+            1000.0,
             False,
-            id="foreign lease exactly at expiry is still held",
+            id="foreign lease renewed since it was observed is held",
         ),
         pytest.param(
-            _lease("controller-b", NOW - timedelta(seconds=15, microseconds=1)),
+            _lease("controller-b", renewed="1999-01-01T00:00:00.000000Z"),
+            None,
+            0.0,
+            False,
+            id="an ancient renewTime means nothing by itself (no wall-clock comparison)",
+        ),
+        pytest.param(
+            _lease("controller-b", duration=60),
+            Observed(record(_lease("controller-b", duration=60)), 100.0),
+            150.0,
+            False,
+            id="the holder's own longer duration counts",
+        ),
+        pytest.param(
+            _lease("controller-b", duration=None),
+            Observed(record(_lease("controller-b", duration=None)), 100.0),
+            116.0,
             True,
-            id="foreign lease a microsecond past expiry",
+            id="missing duration defaults to 15s",
         ),
-        pytest.param(_lease("controller-b", NOW - timedelta(minutes=5)), True, id="foreign lease long expired"),
-        pytest.param(
-            _lease("controller-b", NOW - timedelta(seconds=50), duration=60),
-            False,
-            id="foreign lease within its own longer duration",
-        ),
-        pytest.param(
-            _lease("controller-b", NOW - timedelta(seconds=20), duration=None),
-            True,
-            id="missing duration defaults to 15s: expired after 20s",
-        ),
-        pytest.param(
-            _lease("controller-b", NOW - timedelta(seconds=10), duration=None),
-            False,
-            id="missing duration defaults to 15s: held after 10s",
-        ),
-        pytest.param(_lease("controller-b", None), True, id="foreign lease without renewTime"),
-        pytest.param(
-            {"spec": {"holderIdentity": "controller-b", "renewTime": None}}, True, id="foreign lease renewTime null"
-        ),
-        pytest.param(
-            _lease("controller-b", NOW + timedelta(seconds=30)),
-            False,
-            id="foreign lease renewed in the future (clock skew) is held",
-        ),
+        pytest.param(_lease("controller-a-2"), SEEN_AT_100, 101.0, False, id="identity must match exactly"),
     ],
 )
-def test_may_acquire(lease: dict[str, Any] | None, expected: bool) -> None:
-    assert may_acquire(lease, ME, NOW) is expected
+def test_may_acquire(lease: Any, observed: Observed | None, now: float, expected: bool) -> None:
+    assert may_acquire(lease, ME, observed, now) is expected
 
 
-def test_renew_time_without_fraction_is_accepted() -> None:
-    lease = {"spec": {"holderIdentity": "controller-b", "renewTime": "2025-03-01T11:59:55Z"}}
-    assert may_acquire(lease, ME, NOW) is False
-    assert may_acquire(lease, ME, NOW + timedelta(seconds=11)) is True
+def test_observe_keeps_the_first_sighting_until_the_record_changes() -> None:
+    first = observe(None, FOREIGN, 10.0)
+    assert first.at == 10.0
+    assert observe(first, FOREIGN, 20.0) is first, "an unchanged record keeps its first-seen time"
+    renewed = _lease("controller-b", renewed="2025-03-01T12:00:05.000000Z")
+    assert observe(first, renewed, 30.0).at == 30.0, "a renewal restarts the clock"
+    moved = {**FOREIGN, "metadata": {"resourceVersion": "4"}}
+    assert observe(first, moved, 40.0).at == 40.0, "any write to the Lease restarts the clock"
 
 
-def test_identity_must_match_exactly() -> None:
-    assert may_acquire(_lease("controller-a-2", NOW), ME, NOW) is False
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_no_write_before_leadership_was_ever_acquired() -> None:
+    clock = Clock()
+    leadership = Leadership(10.0, clock)
+    assert not leadership.may_write(clock.now)
+    with pytest.raises(NotLeader, match="refusing PATCH /x"):
+        leadership.guard("PATCH", "/x")
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "allowed"),
+    [
+        pytest.param(0.0, True, id="just renewed"),
+        pytest.param(9.99, True, id="within the renew deadline"),
+        pytest.param(10.0, False, id="at the renew deadline"),
+        pytest.param(14.0, False, id="past it, before the lease could expire for another replica"),
+    ],
+)
+def test_writes_stop_at_the_renew_deadline(elapsed: float, allowed: bool) -> None:
+    clock = Clock()
+    leadership = Leadership(10.0, clock)
+    leadership.renewed(clock.now)
+    clock.now += elapsed
+    assert leadership.may_write(clock.now) is allowed
+
+
+def test_a_lost_leadership_refuses_every_write_at_once_and_for_good() -> None:
+    clock = Clock()
+    leadership = Leadership(10.0, clock)
+    leadership.renewed(clock.now)
+    leadership.lose("the renewal task ended")
+    assert leadership.lost.is_set()
+    with pytest.raises(NotLeader, match="the renewal task ended"):
+        leadership.guard("POST", "/api/v1/namespaces/x/configmaps")
+    leadership.renewed(clock.now)
+    assert not leadership.may_write(clock.now), "a late renewal does not bring leadership back"
+
+
+def test_renewal_times_only_move_forward() -> None:
+    clock = Clock()
+    leadership = Leadership(10.0, clock)
+    leadership.renewed(1000.0)
+    leadership.renewed(995.0)  # a slower, earlier-sent request answered last
+    assert leadership.renewed_at == 1000.0

@@ -1,0 +1,203 @@
+"""controller/loop.py: per-key isolation. The reconcile and the ending of an object are
+scripted here (what is under test is the loop's decision after each outcome: requeue with
+backoff, requeue promptly on a conflict, end a structurally bad object, stop only when
+fenced or the ledger is malformed); the real paths run against the API server in
+tests/integration/test_controller_bad_objects.py. Also ``run_requeue``, pure."""
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+
+from controller.ledger import LedgerError
+from controller.loop import MAX_FAILURES, Controller, Key, Kind, run_requeue
+from controller.state import Context, NotLeader
+from controller.workqueue import (
+    Backoff,
+    Done,
+    RequeueAfter,
+    Result,
+    Terminal,
+    TerminalError,
+    TokenBucket,
+    WorkQueue,
+)
+from kubeio.errors import Conflict, TransportError, error_for
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+RUN = Key(Kind.RUN, "r1")
+
+
+@dataclass
+class Cache:
+    items: dict[str, Any] = field(default_factory=dict)
+    handlers: list[Callable[..., None]] = field(default_factory=list)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Scripted(Controller):
+    """A controller whose reconcile raises or returns what the test says, in order."""
+
+    def __init__(self, outcomes: list[Any], clock: Clock) -> None:
+        ctx = SimpleNamespace(
+            namespace="ns",
+            runs=Cache({"ns/r1": {"metadata": {"name": "r1", "resourceVersion": "1"}}}),
+            profiles=Cache(),
+            nodes=Cache(),
+            workflows=Cache(),
+            clock=lambda: NOW,
+        )
+        queue: WorkQueue[Key] = WorkQueue(
+            backoff=Backoff(base=1.0, cap=60.0, jitter=0.0), bucket=TokenBucket(1000, 1000), clock=clock
+        )
+        super().__init__(cast(Context, ctx), queue=queue)
+        self.outcomes = list(outcomes)
+        self.calls = 0
+        self.ends: list[tuple[Key, str]] = []
+
+    async def reconcile(self, key: Key, *, resync: bool) -> Result:
+        self.calls += 1
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return cast(Result, outcome)
+
+    async def end(self, key: Key, reason: str, message: str) -> Result:
+        self.ends.append((key, reason))
+        return Terminal(reason, message)
+
+
+async def drive(controller: Scripted, clock: Clock, *, until: float = 1000.0) -> list[float]:
+    """Process the key whenever it is due; returns the times it was processed."""
+    times = []
+    controller.queue.add(RUN)
+    while clock.now <= until:
+        key = controller.queue.pop_ready(clock.now)
+        if key is None:
+            deadline = controller.queue.next_deadline()
+            if deadline is None:
+                break
+            clock.now = deadline
+            continue
+        times.append(clock.now)
+        await controller.process(key)
+    return times
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "times", "ended"),
+    [
+        pytest.param([Done()], [0.0], False, id="done once"),
+        pytest.param([RequeueAfter(30.0), Done()], [0.0, 30.0], False, id="requeue after"),
+        pytest.param(
+            [TransportError("refused", "GET", "/x")] * 3 + [Done()],
+            [0.0, 1.0, 3.0, 7.0],
+            False,
+            id="transport errors back off exponentially, then recover",
+        ),
+        pytest.param(
+            [error_for(429, {}, "GET", "/x", retry_after=20.0), Done()],
+            [0.0, 20.0],
+            False,
+            id="Retry-After is honoured",
+        ),
+        pytest.param(
+            [TransportError("refused", "GET", "/x")] * (MAX_FAILURES + 2) + [Done()],
+            [0.0, 1.0, 3.0, 7.0, 15.0, 31.0, 63.0, 123.0],
+            False,
+            id="API errors are never a reason to end an object",
+        ),
+        pytest.param(
+            [AttributeError("'str' object has no attribute 'get'")] * MAX_FAILURES,
+            [0.0, 1.0, 3.0, 7.0, 15.0],
+            True,
+            id="a recurring non-API error ends the object after MAX_FAILURES",
+        ),
+        pytest.param(
+            [TerminalError("EvidenceUnreadable", "bad gzip")],
+            [0.0],
+            True,
+            id="a structurally bad object is ended at once",
+        ),
+    ],
+)
+async def test_outcomes(outcomes: list[Any], times: list[float], ended: bool) -> None:
+    clock = Clock()
+    controller = Scripted(outcomes, clock)
+    assert await drive(controller, clock) == pytest.approx(times)
+    assert bool(controller.ends) is ended
+    assert not controller.queue.processing()
+
+
+async def test_conflicts_requeue_promptly_with_a_growing_small_delay() -> None:
+    clock = Clock()
+    conflict = Conflict(409, "Conflict", "the object has been modified")
+    controller = Scripted([conflict] * 4 + [Done()], clock)
+    times = await drive(controller, clock)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(times) == 5
+    assert all(0.04 <= gap <= 2.0 for gap in gaps), gaps
+    assert gaps[-1] > gaps[0], "not a hot loop: the delay grows"
+    assert not controller.ends
+
+
+@pytest.mark.parametrize(
+    "fatal",
+    [
+        pytest.param(NotLeader("fence 3 is not ours"), id="fenced out"),
+        pytest.param(LedgerError("groups is not a JSON object"), id="malformed ledger"),
+    ],
+)
+async def test_only_fencing_and_a_malformed_ledger_stop_the_loop(fatal: Exception) -> None:
+    clock = Clock()
+    controller = Scripted([fatal], clock)
+    with pytest.raises(type(fatal)):
+        await drive(controller, clock)
+    assert not controller.queue.processing(), "the key is released even then"
+
+
+async def test_one_failing_key_does_not_hold_up_another() -> None:
+    clock = Clock()
+    controller = Scripted([RuntimeError("boom"), Done()], clock)
+    controller.queue.add(RUN)
+    controller.queue.add(Key(Kind.RUN, "r2"))
+    first = controller.queue.pop_ready(clock.now)
+    await controller.process(first)  # type: ignore[arg-type]
+    assert controller.queue.pop_ready(clock.now) == Key(Kind.RUN, "r2"), "the next key is processed at once"
+
+
+def _run(phase: str | None, *, cancel: bool = False, started: str | None = None, deadline: int = 600) -> Any:
+    status = {"phase": phase} if phase else {}
+    if started:
+        status["startTime"] = started
+    return {"spec": {"cancel": cancel, "suiteDeadlineSeconds": deadline}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        pytest.param(_run(None), Done(), id="pending: events drive it"),
+        pytest.param(_run("Succeeded"), Done(), id="terminal"),
+        pytest.param(_run("Running", cancel=True), RequeueAfter(2.0), id="cancel polls for workloads to go"),
+        pytest.param(
+            _run("Running", started="2026-11-30T11:55:00Z"), RequeueAfter(300.5), id="running: look at its deadline"
+        ),
+        pytest.param(
+            _run("Running", started="2026-11-30T11:00:00Z"), RequeueAfter(0.5), id="deadline passed: look soon"
+        ),
+        pytest.param(_run("Running", started="garbage"), Done(), id="unreadable start time"),
+    ],
+)
+def test_run_requeue(run: Any, expected: Result) -> None:
+    assert run_requeue(run, NOW) == expected
