@@ -223,11 +223,24 @@ def test_portal_contract_args_and_probes() -> None:
     pod = by_kind(kustomize(DEPLOY), "Deployment")["signal-portal"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "projectsignal.dev/portal:0.1.0"
-    assert container["args"] == ["--namespace=$(SIGNAL_NAMESPACE)", "--port=8080", "--auth=sar"]
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert {"name": "http", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
+    assert container["args"] == [
+        "--namespace=$(SIGNAL_NAMESPACE)",
+        "--port=8080",
+        "--auth=sar",
+        "--audience=signal-portal",
+        "--tls-cert-file=/etc/signal-portal/tls/tls.crt",
+        "--tls-key-file=/etc/signal-portal/tls/tls.key",
+    ]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "https", "scheme": "HTTPS"}
+    assert {"name": "https", "containerPort": 8080, "protocol": "TCP"} in container["ports"]
     assert pod["serviceAccountName"] == "signal-portal"
+    # TLS from a mounted Secret; the Service exposes HTTPS only.
+    (tls,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+    assert tls["secret"]["secretName"] == "signal-portal-tls"
+    assert {"name": "tls", "mountPath": "/etc/signal-portal/tls", "readOnly": True} in container["volumeMounts"]
+    service = by_kind(kustomize(DEPLOY), "Service")["signal-portal"]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [("https", 443, "https")]
 
 
 @pytest.mark.parametrize("source", [DEPLOY, LOCAL_OVERLAY], ids=["deploy", "local-overlay"])
