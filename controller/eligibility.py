@@ -3,15 +3,41 @@
 A candidate is requested for this profile (``projectsignal.dev/certify=<profile>``), matches
 the profile's selector, is Ready, is reserved by no Run (by label, or by a live group in the
 admission ledger), is not cordoned by someone else, carries the budget's topology label when
-the profile has a budget, and has allocatable resources covering the per-Node requirement."""
+the profile has a budget, carries no NoSchedule or NoExecute taint that a check of the
+profile does not tolerate (Signal's own cordon aside; a check tolerates what its
+``workload.tolerations`` list), and has allocatable resources covering the per-Node
+requirement."""
 
-from collections.abc import Mapping, Set
+from collections.abc import Mapping, Sequence, Set
 
 from controller.nodes import NodeView
 from controller.requirements import shortfalls
 from controller.selectors import matches
 from shared import keys
-from shared.profile import CertificationProfile
+from shared.profile import CertificationProfile, Toleration
+
+BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+def tolerates(tolerations: Sequence[Toleration], key: str, value: str, effect: str) -> bool:
+    """Whether ``tolerations`` tolerate the taint ``key=value:effect`` (Kubernetes' rule,
+    restricted to the forms a profile may write: a named key and one effect)."""
+    return any(
+        t.key == key and t.effect == effect and (t.operator == "Exists" or t.value == value) for t in tolerations
+    )
+
+
+def untolerated_taint(node: NodeView, profile: CertificationProfile) -> str | None:
+    """The first of the Node's blocking taints that some check does not tolerate, as
+    ``"<taint> (check <name>)"``; None when every check tolerates them all."""
+    for key, value, effect in sorted(node.taints):
+        if effect not in BLOCKING_EFFECTS:
+            continue
+        for check in profile.spec.checks:
+            if not tolerates(check.workload.tolerations, key, value, effect):
+                taint = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
+                return f"{taint} (check {check.name})"
+    return None
 
 
 def ineligibility(
@@ -36,6 +62,9 @@ def ineligibility(
     budget = profile.spec.failure_domain_budget
     if budget is not None and not node.labels.get(budget.topology_key):
         return f"no {budget.topology_key} label for the failure-domain budget"
+    taint = untolerated_taint(node, profile)
+    if taint is not None:
+        return f"taint not tolerated: {taint}; add it to the check's workload.tolerations if the suite may run there"
     missing = shortfalls(requirement, node.allocatable)
     if missing:
         return "insufficient allocatable: " + ", ".join(missing)

@@ -44,6 +44,9 @@ class NodeView:
     """(profile, attempt) recorded when the Node was released for a retry."""
     completed: Mapping[str, str] = field(default_factory=dict)
     """Profile -> completion time of the result projected for it (for recurrence)."""
+    taints: tuple[tuple[str, str, str], ...] = ()
+    """(key, value, effect) of the Node's taints other than Signal's cordon and the
+    unschedulable taint (those are ``signal_taint_uid`` and ``unschedulable``)."""
 
     @property
     def signal_tainted(self) -> bool:
@@ -107,6 +110,11 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         signal_taint_uid=next((str(t.get("value", "")) for t in taints if t.get("key") == RESERVED_TAINT_KEY), None),
         next_attempt=_next_attempt(str(annotations.get(keys.ATTEMPT_ANNOTATION) or "")),
         completed=_completed(annotations),
+        taints=tuple(
+            (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+            for t in taints
+            if t.get("key") not in {RESERVED_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY}
+        ),
     )
 
 

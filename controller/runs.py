@@ -5,8 +5,15 @@ Level-based: each call looks at the Run as it is now and moves it one step close
 it should be. A Running Run is accepted (controller/accept.py) once its Workflow has ended,
 disappeared, or outlived the suite deadline (then it is stopped first). ``Succeeded``
 releases its group automatically; every other terminal phase waits for
-``spec.release: true``."""
+``spec.release: true``.
 
+No leaked workloads: the terminal status (accepted or Canceled) and the release both wait
+until no Pod or MPIJob labelled with the Run's uid remains (condition
+``WorkloadCleanupComplete=False``, reason ``WorkloadsRemain``). The controller cannot delete
+them (it may not touch Pods or MPIJobs); the adapter removes them, evidence first, when it is
+stopped (SIGTERM) or when a step finds the Run cancelled or ended."""
+
+import contextlib
 from datetime import datetime, timedelta
 
 from controller import events
@@ -66,12 +73,16 @@ async def _watch_running(ctx: Context, run: Obj) -> None:
         cached = None
     late = deadline_passed(run, ctx.clock())
     if cached is not None and (cached.get("status") or {}).get("phase") in FINISHED_WORKFLOW_PHASES:
+        if await workloads_remain(ctx, run):
+            return
         await accept(ctx, run, cached, deadline_passed=False)
     elif cached is None:
         # Confirm with an uncached read before concluding the Workflow is gone.
         path = resource_path(WORKFLOWS, "workflows", ctx.namespace, ref["name"])
         live = await ctx.kube.get_or_none(path)
         if live is None or live["metadata"]["uid"] != ref["uid"]:
+            if await workloads_remain(ctx, run):
+                return
             log.warning(
                 "workflow of a running run is gone; accepting what evidence exists", run=run["metadata"]["name"]
             )
@@ -83,6 +94,8 @@ async def _watch_running(ctx: Context, run: Obj) -> None:
                 {"metadata": {"uid": ref["uid"]}, "spec": {"shutdown": "Terminate"}},
             )
         log.warning("suite deadline passed; stopping the workflow", run=run["metadata"]["name"])
+        if await workloads_remain(ctx, run):
+            return
         await accept(ctx, run, cached, deadline_passed=True)
 
 
@@ -94,6 +107,49 @@ async def _backend_workloads(ctx: Context, run: Obj) -> list[str]:
     jobs = await ctx.kube.get(resource_path("kubeflow.org/v2beta1", "mpijobs", ctx.namespace), labelSelector=selector)
     found += [f"MPIJob/{j['metadata']['name']}" for j in jobs.get("items", [])]
     return found
+
+
+async def workloads_remain(ctx: Context, run: Obj, *, before: str = "the Run ends") -> bool:
+    """True (and ``WorkloadCleanupComplete=False``, ``WorkloadsRemain``) while any backend
+    workload of the Run exists; False when none does."""
+    remaining = await _backend_workloads(ctx, run)
+    current = (run.get("status") or {}).get("conditions") or []
+    if not remaining:
+        waited = next((c for c in current if c.get("type") == "WorkloadCleanupComplete"), None)
+        if waited is None or waited.get("status") == "True":
+            return False
+        # Record the end of the wait first; the next pass (with this status) goes on.
+        conditions = set_condition(
+            current,
+            type_="WorkloadCleanupComplete",
+            status=True,
+            reason="NoWorkloads",
+            message="no backend workload remains",
+            generation=run["metadata"].get("generation"),
+            now=ctx.clock(),
+        )
+        with contextlib.suppress(NotFound):
+            await ctx.patch_run_status(run, {"conditions": conditions})
+        return True
+    conditions = set_condition(
+        current,
+        type_="WorkloadCleanupComplete",
+        status=False,
+        reason="WorkloadsRemain",
+        message=f"{before} only once no backend workload remains; waiting for "
+        + ", ".join(remaining[:5])
+        + " (the adapter removes them; if no adapter step runs any more, delete them after taking what evidence "
+        "you need)",
+        generation=run["metadata"].get("generation"),
+        now=ctx.clock(),
+    )
+    if conditions != current:
+        try:
+            await ctx.patch_run_status(run, {"conditions": conditions})
+        except NotFound:
+            return True
+    log.info("backend workloads remain", run=run["metadata"]["name"], remaining=remaining[:5])
+    return True
 
 
 async def cancel(ctx: Context, run: Obj) -> None:
@@ -163,6 +219,8 @@ async def retry(ctx: Context, run: Obj) -> None:
     request restored and the next attempt number, so admission takes them again if they
     are still eligible. The Run (and its evidence) stays for review."""
     name, attempt = run["metadata"]["name"], int(run["spec"].get("attempt", 1))
+    if await workloads_remain(ctx, run, before="a retry releases the group"):
+        return
     await release_nodes(ctx, run, restore_request=True, next_attempt=attempt + 1)
     ledger = await ctx.read_ledger()
     if name in ledger.groups:
@@ -182,8 +240,11 @@ async def retry(ctx: Context, run: Obj) -> None:
 
 
 async def release(ctx: Context, run: Obj) -> None:
-    """Give the group back: release every Node, drop the ledger group, mark Released."""
+    """Give the group back: release every Node, drop the ledger group, mark Released; never
+    while a backend workload of the Run still exists."""
     name = run["metadata"]["name"]
+    if await workloads_remain(ctx, run, before="the group is released"):
+        return
     await release_nodes(ctx, run)
     ledger = await ctx.read_ledger()
     if name in ledger.groups:

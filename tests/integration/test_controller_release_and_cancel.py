@@ -1,6 +1,7 @@
 """Issue 3: release gives back only what Signal took (an operator's cordon made during the
 Run survives, invariant 8); cancellation stops the Workflow and ends Canceled only once no
-backend workload remains; a non-terminal Run is never released."""
+backend workload remains; a non-terminal Run is never released. Issue 11: neither release
+nor the terminal status happens while a Run-labelled workload (Pod, MPIJob) remains."""
 
 import json
 from collections.abc import AsyncIterator
@@ -119,3 +120,68 @@ async def test_cancel_stops_the_workflow_and_waits_for_backend_workloads(
     assert current["status"]["completionTime"]
     for node in await world.nodes(names):
         assert reserved_by(node) == run["metadata"]["uid"], "Canceled keeps the group reserved until release"
+
+
+def cleanup_condition(run: Obj) -> Obj | None:
+    return next(
+        (c for c in run.get("status", {}).get("conditions", []) if c["type"] == "WorkloadCleanupComplete"), None
+    )
+
+
+async def test_release_waits_until_no_run_labelled_workload_remains(
+    admitted: tuple[World, Obj, list[str]],
+) -> None:
+    world, run, names = admitted
+    admin = world.admin
+    uid = run["metadata"]["uid"]
+    pods = resource_path("v1", "pods", world.namespace)
+    jobs = resource_path("kubeflow.org/v2beta1", "mpijobs", world.namespace)
+    # A leaked MPI worker and its MPIJob (what a killed adapter leaves behind).
+    await admin.create(
+        pods,
+        {
+            "metadata": {"name": "leaked-worker", "labels": {keys.RUN_UID_LABEL: uid}},
+            "spec": {"nodeName": "nowhere", "containers": [{"name": "c", "image": "x", "command": ["true"]}]},
+        },
+    )
+    await admin.create(
+        jobs,
+        {
+            "apiVersion": "kubeflow.org/v2beta1",
+            "kind": "MPIJob",
+            "metadata": {"name": "leaked-job", "labels": {keys.RUN_UID_LABEL: uid}},
+            "spec": {"mpiReplicaSpecs": {}},
+        },
+    )
+    await admin.merge_patch(run_path(run, "status"), {"status": {"phase": "Failed", "reason": "CheckFailed"}})
+    await admin.merge_patch(run_path(run), {"spec": {"release": True}})
+
+    async def waiting() -> Obj | None:
+        current = await admin.get(run_path(run))
+        cond = cleanup_condition(current)
+        return current if cond and cond["reason"] == "WorkloadsRemain" else None
+
+    current = await eventually(waiting, what="WorkloadsRemain")
+    message = cleanup_condition(current)["message"]  # type: ignore[index]
+    assert "Pod/leaked-worker" in message
+    assert "MPIJob/leaked-job" in message
+    assert not any(c["type"] == "Released" and c["status"] == "True" for c in current["status"]["conditions"])
+    for node in await world.nodes(names):
+        assert reserved_by(node) == uid, "no Node is released while a workload of the Run exists"
+    await admin.delete(f"{pods}/leaked-worker", {"gracePeriodSeconds": 0})
+    # Still one left: still not released.
+    current = await eventually(waiting, what="WorkloadsRemain for the MPIJob alone")
+    assert "Pod/leaked-worker" not in cleanup_condition(current)["message"]  # type: ignore[index]
+    for node in await world.nodes(names):
+        assert reserved_by(node) == uid
+    await admin.delete(f"{jobs}/leaked-job")
+
+    async def released() -> Obj | None:
+        current = await admin.get(run_path(run))
+        done = any(c["type"] == "Released" and c["status"] == "True" for c in current["status"].get("conditions", []))
+        return current if done else None
+
+    current = await eventually(released, what="Released=True")
+    assert cleanup_condition(current)["status"] == "True"  # type: ignore[index]
+    for node in await world.nodes(names):
+        assert reserved_by(node) is None

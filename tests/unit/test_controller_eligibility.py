@@ -15,8 +15,14 @@ BUDGETED = make_profile(
     ProfileBuilder(PROFILE).spec(failureDomainBudget={"topologyKey": "zone", "maxNodesUnderTest": 4})
 )
 PLAIN = make_profile(PROFILE)
-REQUIREMENT = per_node_requirement(BUDGETED.spec.checks)
 GPU = keys.GPU_RESOURCE
+TOLERATE_HINT = "add it to the check's workload.tolerations if the suite may run there"
+GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+TOLERANT = make_profile(ProfileBuilder(PROFILE).edit_check(0, workload={"tolerations": [GPU_TOLERATION]}))
+TWO_CHECKS = make_profile(
+    ProfileBuilder(PROFILE).edit_check(0, workload={"tolerations": [GPU_TOLERATION]}).check("burn-in", gpuCount=8)
+)
+REQUIREMENT = per_node_requirement(BUDGETED.spec.checks)
 
 # Every way a Node can be ineligible, in the order of precedence the module documents.
 DEFECTS = (
@@ -27,6 +33,7 @@ DEFECTS = (
     "held",
     "cordoned",
     "no zone",
+    "gpu taint",
     "short of gpus",
 )
 
@@ -46,6 +53,8 @@ def _node(*defects: str) -> NodeBuilder:
         node.unschedulable()
     if "no zone" not in defects:
         node.label("zone", "a")
+    if "gpu taint" in defects:
+        node.taint(GPU, "present")
     node.gpus(4 if "short of gpus" in defects else 8)
     return node
 
@@ -58,6 +67,7 @@ EXPECTED = {
     "held": "held by an admission in progress",
     "cordoned": "cordoned by someone else",
     "no zone": "no zone label for the failure-domain budget",
+    "gpu taint": f"taint not tolerated: {GPU}=present:NoSchedule (check inventory); {TOLERATE_HINT}",
     "short of gpus": f"insufficient allocatable: {GPU} 4<8",
 }
 
@@ -147,11 +157,39 @@ def test_eligible() -> None:
             id="cordoned by the unschedulable taint",
         ),
         pytest.param(
-            _node().taint("ops.example/maintenance", "true"),
+            _node().taint("ops.example/maintenance", "true", effect="PreferNoSchedule"),
             frozenset(),
             PLAIN,
             None,
-            id="an unrelated taint does not make the Node ineligible",
+            id="a PreferNoSchedule taint does not make the Node ineligible",
+        ),
+        pytest.param(
+            _node().taint("ops.example/maintenance", "true"),
+            frozenset(),
+            PLAIN,
+            f"taint not tolerated: ops.example/maintenance=true:NoSchedule (check inventory); {TOLERATE_HINT}",
+            id="a foreign NoSchedule taint the suite does not tolerate is reported",
+        ),
+        pytest.param(
+            _node().taint(GPU, effect="NoSchedule"),
+            frozenset(),
+            TOLERANT,
+            None,
+            id="nvidia.com/gpu:NoSchedule tolerated by the check (Exists)",
+        ),
+        pytest.param(
+            _node().taint(GPU, effect="NoExecute"),
+            frozenset(),
+            TOLERANT,
+            f"taint not tolerated: {GPU}:NoExecute (check inventory); {TOLERATE_HINT}",
+            id="a toleration covers its own effect only",
+        ),
+        pytest.param(
+            _node().taint(GPU, effect="NoSchedule"),
+            frozenset(),
+            TWO_CHECKS,
+            f"taint not tolerated: {GPU}:NoSchedule (check burn-in); {TOLERATE_HINT}",
+            id="every check must tolerate it, not just one",
         ),
         pytest.param(
             _node("no zone"),
