@@ -15,6 +15,7 @@ from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import ApiError, Forbidden, NotFound
 from shared import keys
 from shared.run import TERMINAL_PHASES
+from signalctl import progress as checks
 from signalctl.kubectx import CommandError, explain, get_run
 
 POLL_SECONDS = 1.0
@@ -174,10 +175,17 @@ async def cmd_request(kube: Kube, args: argparse.Namespace) -> int:
 async def _wait(
     kube: Kube, args: argparse.Namespace, observe: Observe, done: Done, what: str, progress: Progress | None = None
 ) -> None:
-    """Poll the namespace's Runs, print what ``observe`` reports, until ``done()``."""
+    """Poll the namespace's Runs, print what ``observe`` reports, until ``done()``. With
+    ``progress`` (a request), also each check of each covering Run advancing, Node by Node."""
     deadline = time.monotonic() + args.timeout.total_seconds()
+    tracker = checks.Tracker()
     while True:
-        for line in observe(await _namespace_runs(kube, args.namespace)):
+        runs = await _namespace_runs(kube, args.namespace)
+        lines = observe(runs)
+        if progress is not None:
+            covering = [r for r in runs if r["metadata"]["uid"] in set(progress.covering.values())]
+            lines += await checks.observe(kube.get, args.namespace, covering, tracker, (ApiError,))
+        for line in lines:
             print(line, flush=True)
         if done():
             return

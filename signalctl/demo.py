@@ -29,6 +29,8 @@ from localcluster.fleet import standard_fleet
 from localcluster.kube import ApiError, KubeClient, resource_path
 from shared import keys
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, EvidenceError, decode_document
+from signalctl import demo_outcome as outcome
+from signalctl import progress
 from signalctl.tables import NODE_HEADERS, node_rows, render
 
 NAMESPACE = "signal-system"
@@ -50,49 +52,43 @@ def _seconds(start: str | None, end: str | None) -> float | None:
 
 
 class Progress:
-    """Prints each change once: Run phases, and each check's verdict as its evidence lands."""
+    """Prints each change once: Run phases, and each check of each Run advancing Node by Node
+    until its verdict lands with its evidence (signalctl/progress.py)."""
 
     def __init__(self, admin: KubeClient) -> None:
         self.admin = admin
         self.phases: dict[str, str] = {}
-        self.checks: dict[tuple[str, int], Obj] = {}
+        self.checks = progress.Tracker()
 
     async def poll(self) -> list[Obj]:
         runs = (await self.admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, NAMESPACE)))["items"]
+        for line in await progress.observe(self.admin.get, NAMESPACE, runs, self.checks, (ApiError,)):
+            print(f"    {line}", flush=True)
         for run in sorted(runs, key=lambda r: r["metadata"]["name"]):
             name, status = run["metadata"]["name"], run.get("status") or {}
             phase = status.get("phase", "Pending")
-            if self.phases.get(name) != phase:
-                self.phases[name] = phase
+            released = phase == "Succeeded" and outcome.is_released(run)
+            shown = f"{phase}, released" if released else phase
+            if self.phases.get(name) != shown:
+                self.phases[name] = shown
                 nodes = ", ".join(p["nodeName"] for p in run["spec"]["participants"])
                 detail = f" ({status.get('reason')}: {status.get('message')})" if phase in TERMINAL else ""
-                print(f"    Run {name} [{nodes}]: {phase}{detail}", flush=True)
-            for index, check in enumerate(run["spec"]["checks"]):
-                if (name, index) in self.checks:
-                    continue
-                path = resource_path("v1", "configmaps", NAMESPACE, f"{name}-c{index}-evidence")
-                try:
-                    cm = await self.admin.get(path)
-                except ApiError:
-                    continue
-                try:
-                    document, digest = decode_document(cm, CHECK_EVIDENCE_SCHEMA)
-                except EvidenceError as exc:
-                    print(f"    Run {name}: check {check['name']}: unreadable evidence ({exc})", flush=True)
-                    continue
-                self.checks[(name, index)] = document
-                per_node = ", ".join(f"{p['nodeName']} {p['verdict']}" for p in document["results"]["participants"])
-                print(
-                    f"    Run {name}: check {index + 1}/{len(run['spec']['checks'])} {check['name']} "
-                    f"({check['backend']}): {document['verdict']} [{per_node}] evidence {digest[:19]}...",
-                    flush=True,
-                )
+                print(f"    Run {name} [{nodes}]: {phase}{detail}{' (Nodes released)' if released else ''}", flush=True)
         return list(runs)
 
-    def overhead(self) -> list[str]:
-        """Per check: how long its workloads lived beyond the scripts' own run time."""
-        lines = []
-        for (run, _), document in sorted(self.checks.items()):
+
+async def _overhead(admin: KubeClient, runs: list[Obj]) -> list[str]:
+    """Per check: how long its workloads lived beyond the scripts' own run time."""
+    lines = []
+    for run in sorted(runs, key=lambda r: r["metadata"]["name"]):
+        for index in range(len(run["spec"]["checks"])):
+            name = progress.evidence_name(run["metadata"]["name"], index)
+            try:
+                document, _ = decode_document(
+                    await admin.get(resource_path("v1", "configmaps", NAMESPACE, name)), CHECK_EVIDENCE_SCHEMA
+                )
+            except (ApiError, EvidenceError):
+                continue
             results = document["results"]
             total = _seconds(results["startedAt"], document["cleanup"]["finishedAt"])
             scripts = [
@@ -101,10 +97,10 @@ class Progress:
             script = max((s for s in scripts if s is not None), default=0.0)
             if total is not None:
                 lines.append(
-                    f"{run} {results['check']['name']:<10} adapter {total:5.0f}s  scripts {script:4.0f}s  "
-                    f"overhead {total - script:5.0f}s"
+                    f"{run['metadata']['name']} {results['check']['name']:<10} adapter {total:5.0f}s  "
+                    f"scripts {script:4.0f}s  overhead {total - script:5.0f}s"
                 )
-        return lines
+    return lines
 
 
 async def run_demo(nodes: int, workdir: Path | None, exit_after: float | None, timeout: float) -> int:
@@ -122,31 +118,14 @@ async def run_demo(nodes: int, workdir: Path | None, exit_after: float | None, t
     code = 0
     try:
         await cluster.start(progress=_say)
-        admin = cluster.admin
         controller = await _install_and_request(cluster, nodes)
-        progress = Progress(admin)
-        deadline = time.monotonic() + timeout
-        runs: list[Obj] = []
-        while not stop.is_set():
-            runs = await progress.poll()
-            finished = [r for r in runs if (r.get("status") or {}).get("phase") in TERMINAL]
-            if len(runs) >= 2 and len(finished) == len(runs) and _projected(await _nodes(admin), runs):
-                break
-            if time.monotonic() > deadline or controller.poll() is not None:
-                _say("the certification did not finish in time" if controller.poll() is None else "controller exited")
-                print((plane.workdir / "controller.log").read_text()[-3000:])
-                code = 1
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=1.0)
-        if not stop.is_set() and code == 0:
-            await _report(admin, runs, progress, plane, began)
-            port = free_port()
-            portal = await install.start_portal(plane, NAMESPACE, plane.workdir, port=port)
-            await _show_portal(port, portal)
-            print("    press Ctrl-C to stop and clean up", flush=True)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=exit_after)
+        code, runs = await _certification(cluster, controller, stop, timeout)
+        if code == 0:
+            code, portal = await _conclude(cluster, runs, began)
+            if code == 0:
+                print("    press Ctrl-C to stop and clean up", flush=True)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=exit_after)
         _say("stopping")
     finally:
         for process in (portal, controller):
@@ -159,6 +138,50 @@ async def run_demo(nodes: int, workdir: Path | None, exit_after: float | None, t
         await cluster.stop()
     _say("stopped cleanly")
     return code
+
+
+async def _certification(
+    cluster: LocalCluster, controller: subprocess.Popen[bytes], stop: asyncio.Event, timeout: float
+) -> tuple[int, list[Obj]]:
+    """Show progress until everything the demo reports has happened (outcome.settled: every Run
+    ended, every Node projected, the Succeeded Run released). (0 or the exit code, the Runs)."""
+    admin, plane = cluster.admin, cluster.plane
+    watcher = Progress(admin)
+    deadline = time.monotonic() + timeout
+    runs: list[Obj] = []
+    while not stop.is_set():
+        runs = await watcher.poll()
+        if outcome.settled(runs, await _nodes(admin), TERMINAL):
+            return 0, runs
+        if time.monotonic() > deadline or controller.poll() is not None:
+            _say("the certification did not finish in time" if controller.poll() is None else "controller exited")
+            print((plane.workdir / "controller.log").read_text()[-3000:])
+            return 1, runs
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+    _say("interrupted before the certification finished")
+    return 130, runs
+
+
+async def _conclude(cluster: LocalCluster, runs: list[Obj], began: float) -> tuple[int, subprocess.Popen[bytes] | None]:
+    """The report, then the portal; exit code 1 (and why) unless all of it is as expected."""
+    admin, plane = cluster.admin, cluster.plane
+    verify_codes = await _report(admin, runs, plane, began)
+    found = outcome.problems(runs, await _nodes(admin), verify_codes)
+    portal = None
+    if not found:
+        port = free_port()
+        portal = await install.start_portal(plane, NAMESPACE, plane.workdir, port=port)
+        found = await _show_portal(port, portal, runs)
+    if not found:
+        _say("the demo ended as expected")
+        return 0, portal
+    _say("the demo did NOT end as expected:")
+    for problem in found:
+        print(f"    - {problem}", flush=True)
+    keep = "" if plane.keep_workdir else " (removed at exit: pass --workdir DIR to keep them)"
+    print(f"    logs: {plane.workdir}{keep}", flush=True)
+    return 1, portal
 
 
 async def _install_and_request(cluster: LocalCluster, nodes: int) -> subprocess.Popen[bytes]:
@@ -185,17 +208,20 @@ async def _install_and_request(cluster: LocalCluster, nodes: int) -> subprocess.
     return controller
 
 
-async def _show_portal(port: int, portal: subprocess.Popen[bytes]) -> None:
-    """Wait for the portal, then print what it serves for the requested Nodes."""
+async def _show_portal(port: int, portal: subprocess.Popen[bytes], runs: list[Obj]) -> list[str]:
+    """Wait for the portal, print what it serves for the requested Nodes; what differs from the
+    expected end (outcome.portal_problems)."""
     base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
     async with httpx.AsyncClient(base_url=base, timeout=5) as http:
-        for _ in range(120):
+        while True:
             with contextlib.suppress(httpx.HTTPError):
                 if (await http.get("/readyz")).status_code == 200:
                     break
             if portal.poll() is not None:
-                _say("the portal exited; see portal.log in the demo's work directory")
-                return
+                return ["the portal exited; see portal.log in the demo's work directory"]
+            if time.monotonic() > deadline:
+                return ["the portal did not become ready within 60s; see portal.log in the demo's work directory"]
             await asyncio.sleep(0.5)
         rows = []
         for name in REQUESTED:
@@ -206,18 +232,18 @@ async def _show_portal(port: int, portal: subprocess.Popen[bytes]) -> None:
     _say(f"the portal (read-only, as signal-portal; --auth none for local use): {base}/")
     print(render(["NODE", "CHECK", "STATE", "REASON"], rows))
     print(f"    API: {base}/api/v1/results   OpenAPI: {base}/api/v1/openapi.json")
+    profile = runs[0]["spec"]["profile"]["name"]
+    burn_in = f"{profile}/{runs[0]['spec']['checks'][-1]['name']}"
+    return outcome.portal_problems({(r[0], r[1]): r[2] for r in rows}, burn_in)
 
 
 async def _nodes(admin: KubeClient) -> list[Obj]:
     return [await admin.get(resource_path("v1", "nodes", name=n)) for n in REQUESTED]
 
 
-def _projected(nodes: list[Obj], runs: list[Obj]) -> bool:
-    profile = runs[0]["spec"]["profile"]["name"] if runs else ""
-    return all(keys.certified_label(profile) in (n["metadata"].get("labels") or {}) for n in nodes)
-
-
-async def _report(admin: KubeClient, runs: list[Obj], progress: Progress, plane: ControlPlane, began: float) -> None:
+async def _report(admin: KubeClient, runs: list[Obj], plane: ControlPlane, began: float) -> dict[str, int]:
+    """Print the Runs, the Nodes, ``signalctl evidence verify`` of each Run (returns their exit
+    codes by Run) and the timings."""
     profile = runs[0]["spec"]["profile"]["name"]
     print()
     _say("Runs")
@@ -238,6 +264,7 @@ async def _report(admin: KubeClient, runs: list[Obj], progress: Progress, plane:
     print(render(["NODE", "RESULT", "STATE"], rows))
     print()
     signalctl = str(Path(sys.executable).parent / "signalctl")
+    codes: dict[str, int] = {}
     for run in sorted(runs, key=lambda r: r["metadata"]["name"]):
         name = run["metadata"]["name"]
         _say(f"signalctl evidence verify {name}")
@@ -248,6 +275,7 @@ async def _report(admin: KubeClient, runs: list[Obj], progress: Progress, plane:
         out, _ = await process.communicate()
         print(out.decode(errors="replace").rstrip())
         print(f"    (exit {process.returncode})")
+        codes[name] = process.returncode if process.returncode is not None else -1
     print()
     _say("time per Run (admission to verdict; the demo's scripts take well under a second)")
     for run in sorted(runs, key=lambda r: r["metadata"]["name"]):
@@ -257,11 +285,12 @@ async def _report(admin: KubeClient, runs: list[Obj], progress: Progress, plane:
         if total is not None:
             print(f"    {run['metadata']['name']}: {total:.0f}s for {count} checks, ~{total / count:.1f}s per check")
     _say("per check: adapter start to every workload gone (1-second timestamps), against the scripts' run time")
-    for line in progress.overhead():
+    for line in await _overhead(admin, runs):
         print(f"    {line}")
     _say(f"demo finished in {time.monotonic() - began:.0f}s")
     print(f"    kubeconfig: {plane.admin_kubeconfig}")
     print(f"    try:        signalctl --help; signalctl get runs -n {NAMESPACE} --kubeconfig {plane.admin_kubeconfig}")
+    return codes
 
 
 def _quiet_infrastructure_logs(path: Path) -> None:
