@@ -7,10 +7,12 @@ tests/integration/test_portal.py).
 It checks what an operator sees: one card per check that is registered or has a result (and
 none for a check that is neither), every state written out as text on a badge whose colours
 meet WCAG AA contrast, the technical evidence only in a dialog opened by clicking a result,
-live refresh without reloading, bearer tokens from the field and from ``?token=``, and
-``--auth none``. Screenshots go to test-artifacts/dashboard/ (git-ignored), never committed.
+live refresh without reloading, each Node's health and capacity beside its result (Ready,
+GPU and RDMA allocatable, held by Signal, cordoned by an operator), bearer tokens from the
+field only (a ``?token=`` URL is refused and never stored), and ``--auth none``. Screenshots go to test-artifacts/dashboard/ (git-ignored), never committed.
 """
 
+import contextlib
 import os
 import re
 import shutil
@@ -21,12 +23,24 @@ from typing import Any
 import pytest
 from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright, expect
 
-from localcluster import identities
 from localcluster.cluster import LocalCluster
+from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient
 from tests import evidence_builders as eb
 from tests.controller_support import REPO, eventually
-from tests.integration.test_portal import Lab, Portal, _fresh, _now_minus, _tampered, portal_identity
+from tests.integration.test_portal import (
+    AUDIENCE,
+    Lab,
+    Portal,
+    _fresh,
+    _hold,
+    _now_minus,
+    _tampered,
+    fleet_reader,
+    grant_runs,
+    mint,
+    portal_identity,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 CHROMIUM = Path(os.environ.get("SIGNAL_CHROMIUM", "/usr/bin/chromium"))
@@ -117,6 +131,7 @@ async def test_fleet_view_states_and_detail_on_demand(
     unwatched = f"{namespace}-x"
     await cluster.create_namespace(unwatched)
     portals: list[Portal] = []
+    portals_stack: list[contextlib.AsyncExitStack] = []
     try:
         kubeconfig = await portal_identity(cluster, admin, namespace, [])
         main, short, idle = f"{namespace}-fleet", f"{namespace}-fresh", f"{namespace}-idle"
@@ -124,12 +139,15 @@ async def test_fleet_view_states_and_detail_on_demand(
         await lab.profile(main)
         await lab.profile(short, interval="30m")
         await lab.profile(idle)
-        n = {
-            k: await lab.nodes(f"{namespace}-{k}", 2 if k in {"pass", "fail"} else 1)
-            for k in ("run", "pass", "fail", "stale", "tamp")
-        }
+        n = {k: await lab.nodes(f"{namespace}-{k}", 2 if k in {"pass", "fail"} else 1) for k in ("run", "pass", "tamp")}
+        # Fleet context: a failed Node an operator cordoned, a stale one that is not Ready.
+        n["fail"] = await cluster.add_nodes(
+            [SimNode(f"{namespace}-fail-0", unschedulable=True), SimNode(f"{namespace}-fail-1")]
+        )
+        n["stale"] = await cluster.add_nodes([SimNode(f"{namespace}-stale-0", ready=False, gpus=4, rdma=2)])
         node = {k: [x["metadata"]["name"] for x in v] for k, v in n.items()}
-        await lab.run(namespace, main, n["run"])
+        running = await lab.run(namespace, main, n["run"])
+        await _hold(admin, node["run"][0], running, 0)
         passed = await lab.finish(r := await lab.run(namespace, main, n["pass"]), _with_measurements(_fresh(r)))
         await lab.finish(r := await lab.run(namespace, main, n["fail"]), _fresh(r, verdicts={0: "Fail"}))
         await lab.finish(r := await lab.run(namespace, short, n["stale"]), _fresh(r, finished=_now_minus(hours=1)))
@@ -142,7 +160,11 @@ async def test_fleet_view_states_and_detail_on_demand(
         portal = Portal(kubeconfig, ["--namespace", namespace, "--auth", "sar"], cluster.workdir())
         portals.append(portal)
         await portal.start()
-        token = identities.admin(cluster.plane).token
+        await grant_runs(admin, namespace, "viewer")
+        token = await mint(admin, namespace, "viewer", [AUDIENCE])
+        stack = contextlib.AsyncExitStack()
+        await stack.enter_async_context(fleet_reader(admin, namespace, "viewer"))
+        portals_stack.append(stack)
         expected = {
             node["run"][0]: "Running",
             node["pass"][0]: "Passed",
@@ -166,12 +188,39 @@ async def test_fleet_view_states_and_detail_on_demand(
         await expect(first.get_by_role("alert")).to_be_hidden()
         await first.context.close()
 
-        # ?token= is taken into sessionStorage and removed from the address bar.
-        page = await _page(browser, errors, f"{portal.url}/?token={token}&refresh=1")
+        # A token in the URL is refused outright (it would already be in logs and history) and
+        # never reaches the page's storage.
+        leaked = await _page(browser, [], f"{portal.url}/?token={token}")  # its 400 is the point
+        assert "CredentialsInURL" in await leaked.locator("body").inner_text()
+        assert await leaked.evaluate("sessionStorage.getItem('signal-portal-token')") is None
+        await leaked.context.close()
+
+        page = await _page(browser, errors, f"{portal.url}/?refresh=1")
+        await page.fill("#token", token)
+        await page.click("text=Use token")
         card = page.locator(f'article[data-check="{main}/check-0"]')
         await expect(card).to_be_visible()
         assert "token" not in page.url
         assert await page.evaluate("sessionStorage.getItem('signal-portal-token')") == token
+
+        # Each Node's health and capacity beside its result.
+        def health(check: str, name: str) -> Any:
+            return page.locator(f'article[data-check="{check}/check-0"] tr[data-node="{name}"] td.health')
+
+        held = health(main, node["run"][0])
+        await expect(held).to_have_attribute("data-held", "true")
+        await expect(held).to_contain_text("Reserved and cordoned by Signal by Run")
+        await expect(held).to_contain_text(running["metadata"]["name"])
+        await expect(held).to_contain_text("GPU 8 · rdma/ib 8")
+        cordoned = health(main, node["fail"][0])
+        await expect(cordoned).to_have_attribute("data-operator-cordoned", "true")
+        await expect(cordoned).to_contain_text("Cordoned by an operator")
+        await expect(health(main, node["fail"][1])).to_have_attribute("data-operator-cordoned", "false")
+        sick = health(short, node["stale"][0])
+        await expect(sick).to_have_attribute("data-ready", "False")
+        await expect(sick).to_contain_text("Not ready (KubeletNotReady)")
+        await expect(sick).to_contain_text("GPU 4 · rdma/ib 2")
+        await expect(health(main, node["pass"][0])).to_have_attribute("data-ready", "True")
 
         for name, state in expected.items():
             check = short if name == node["stale"][0] else main
@@ -242,4 +291,6 @@ async def test_fleet_view_states_and_detail_on_demand(
     finally:
         for started in portals:
             started.stop()
+        for stack in portals_stack:
+            await stack.aclose()
         await cluster.delete_namespace(unwatched)

@@ -10,6 +10,7 @@ namespace); the isolation test watches two, so it copies that Role into the seco
 import asyncio
 import base64
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import free_port
 from localcluster.fleet import SimNode
-from localcluster.kube import KubeClient, resource_path
+from localcluster.kube import ApiError, KubeClient, resource_path
 from localcluster.rbac import rbac_in_effect
 from shared import keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA
@@ -46,6 +47,9 @@ from tests.unit.test_envelope_builders import evidence
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 API = keys.API_VERSION
+RBAC = "rbac.authorization.k8s.io/v1"
+AUDIENCE = "signal-portal"
+"""The portal accepts only tokens minted for its audience (its --audience default)."""
 SCRIPTS = {"s.sh": "exit 0"}
 Obj = dict[str, Any]
 
@@ -125,7 +129,9 @@ class Lab:
     profiles: list[str] = field(default_factory=list)
     contexts: dict[str, Context] = field(default_factory=dict)
 
-    async def profile(self, name: str, checks: int = 1, interval: str | None = None) -> None:
+    async def profile(
+        self, name: str, checks: int = 1, interval: str | None = None, freshness: str | None = None
+    ) -> None:
         spec: Obj = {
             "source": {"namespace": "default", "name": "scripts", "digest": bundle_digest(SCRIPTS, {})},
             "participants": {"selector": {"matchLabels": {"pool": name}}, "count": 2},
@@ -136,6 +142,8 @@ class Lab:
         }
         if interval:
             spec["recurrence"] = {"interval": interval}
+        if freshness:
+            spec["freshness"] = freshness
         body = {"apiVersion": API, "kind": keys.PROFILE_KIND, "metadata": {"name": name}, "spec": spec}
         await self.admin.create(resource_path(API, keys.PROFILE_PLURAL), body)
         self.profiles.append(name)
@@ -198,6 +206,74 @@ class Lab:
                 await self.admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=name))
 
 
+async def mint(admin: KubeClient, namespace: str, name: str, audiences: list[str] | None) -> str:
+    """A real token for ServiceAccount namespace/name (TokenRequest), for ``audiences``."""
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}
+    await admin.apply(resource_path("v1", "serviceaccounts", namespace, name), account)
+    spec: Obj = {"expirationSeconds": 3600}
+    if audiences:
+        spec["audiences"] = audiences
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+    answer = await admin.create(resource_path("v1", "serviceaccounts", namespace, name, "token"), request)
+    return str(answer["status"]["token"])
+
+
+def _subject(namespace: str, name: str) -> Obj:
+    return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+
+
+async def grant_runs(admin: KubeClient, namespace: str, account: str, home: str | None = None) -> None:
+    """ServiceAccount ``account`` (of ``home``, default ``namespace``) may list Runs in
+    ``namespace`` (and nothing else)."""
+    role = {
+        "apiVersion": RBAC,
+        "kind": "Role",
+        "metadata": {"name": f"{account}-runs", "namespace": namespace},
+        "rules": [{"apiGroups": [keys.GROUP], "resources": [keys.RUN_PLURAL], "verbs": ["get", "list"]}],
+    }
+    binding = {
+        "apiVersion": RBAC,
+        "kind": "RoleBinding",
+        "metadata": {"name": f"{account}-runs", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{account}-runs"},
+        "subjects": [_subject(home or namespace, account)],
+    }
+    await admin.apply(resource_path(RBAC, "roles", namespace, f"{account}-runs"), role)
+    await admin.apply(resource_path(RBAC, "rolebindings", namespace, f"{account}-runs"), binding)
+    await rbac_in_effect(admin, [role, binding])
+
+
+@contextlib.asynccontextmanager
+async def fleet_reader(admin: KubeClient, namespace: str, account: str) -> AsyncIterator[None]:
+    """``account`` may list Nodes and profiles (cluster-wide), for the duration."""
+    name = f"{namespace}-{account}-fleet"
+    role = {
+        "apiVersion": RBAC,
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+            {"apiGroups": [keys.GROUP], "resources": [keys.PROFILE_PLURAL], "verbs": ["list"]},
+        ],
+    }
+    binding = {
+        "apiVersion": RBAC,
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [_subject(namespace, account)],
+    }
+    await admin.apply(resource_path(RBAC, "clusterroles", name=name), role)
+    await admin.apply(resource_path(RBAC, "clusterrolebindings", name=name), binding)
+    try:
+        await rbac_in_effect(admin, [role, binding])
+        yield
+    finally:
+        for plural in ("clusterrolebindings", "clusterroles"):
+            with contextlib.suppress(ApiError):
+                await admin.delete(resource_path(RBAC, plural, name=name))
+
+
 @pytest.fixture
 async def portals(cluster: LocalCluster) -> AsyncIterator[list[Portal]]:
     started: list[Portal] = []
@@ -248,11 +324,14 @@ async def test_each_state_comes_from_real_runs(
 ) -> None:
     kubeconfig = await portal_identity(cluster, admin, namespace, [])
     main, short = f"{namespace}-main", f"{namespace}-short"
+    fresh, lenient = f"{namespace}-fresh", f"{namespace}-lenient"
     await lab.profile(main)
     await lab.profile(short, interval="30m")
+    await lab.profile(fresh, freshness="30m")  # no recurrence: the profile's freshness alone
+    await lab.profile(lenient, interval="30m", freshness="2h")  # freshness wins over the interval
     n = {
         k: await lab.nodes(f"{namespace}-{k}", 2 if k == "fail" else 1)
-        for k in ("run", "pass", "fail", "stale", "repl", "tamp", "vers")
+        for k in ("run", "pass", "fail", "stale", "repl", "tamp", "vers", "fresh", "lenient")
     }
     running = await lab.run(namespace, main, n["run"])
     passed = await lab.finish(r := await lab.run(namespace, main, n["pass"]), _fresh(r))
@@ -261,6 +340,12 @@ async def test_each_state_comes_from_real_runs(
     replaced = await lab.finish(r := await lab.run(namespace, main, n["repl"]), _fresh(r))
     tampered = await lab.finish(r := await lab.run(namespace, main, n["tamp"]), _fresh(r))
     versioned = await lab.finish(r := await lab.run(namespace, main, n["vers"]), _fresh(r))
+    old_fresh = await lab.finish(
+        r := await lab.run(namespace, fresh, n["fresh"]), _fresh(r, finished=_now_minus(hours=1))
+    )
+    old_lenient = await lab.finish(
+        r := await lab.run(namespace, lenient, n["lenient"]), _fresh(r, finished=_now_minus(hours=1))
+    )
     assert [x["status"]["phase"] for x in (passed, failed, stale, replaced, tampered, versioned)] == [
         "Succeeded",
         "Failed",
@@ -270,7 +355,8 @@ async def test_each_state_comes_from_real_runs(
         "Succeeded",
     ]
     portal = await _start(portals, cluster, kubeconfig, "--namespace", namespace, "--auth", "sar")
-    token = identities.admin(cluster.plane).token
+    await grant_runs(admin, namespace, "viewer")
+    token = await mint(admin, namespace, "viewer", [AUDIENCE])
 
     def node(key: str, i: int = 0) -> str:
         return str(n[key][i]["metadata"]["name"])
@@ -284,6 +370,8 @@ async def test_each_state_comes_from_real_runs(
         _id(namespace, node("repl"), main, "check-0", replaced): ("Passed", "CheckPassed"),
         _id(namespace, node("tamp"), main, "check-0", tampered): ("Passed", "CheckPassed"),
         _id(namespace, node("vers"), main, "check-0", versioned): ("Passed", "CheckPassed"),
+        _id(namespace, node("fresh"), fresh, "check-0", old_fresh): ("Stale", "OlderThanWindow"),
+        _id(namespace, node("lenient"), lenient, "check-0", old_lenient): ("Passed", "CheckPassed"),
     }
     await eventually(lambda: _matches(portal, token, expected), timeout=30, what="initial states")
     # Then the world changes under the portal: a Node replaced, evidence swapped twice.
@@ -304,40 +392,23 @@ async def test_each_state_comes_from_real_runs(
     assert detail["detailsSchema"] == detail["details"]["schema"] == "projectsignal.dev/check-evidence/v1"
     assert detail["target"] == {"name": node("pass"), "uid": n["pass"][0]["metadata"]["uid"], "index": 0}
     assert detail["cleanup"] == "Complete"
-    summary = (await portal.get(f"/api/v1/nodes/{node('fail')}", token)).json()
-    rows = {row["check"]: row["state"] for row in summary["checks"]}
-    assert rows[f"{main}/check-0"] == "Failed"
-    assert rows[f"{short}/check-0"] == "Unknown"  # registered, no result for this Node
-    checks = {c["id"]: c for c in (await portal.get("/api/v1/checks", token)).json()["items"]}
+    async with fleet_reader(admin, namespace, "viewer"):
+        summary = (await portal.get(f"/api/v1/nodes/{node('fail')}", token)).json()
+        rows = {row["check"]: row["state"] for row in summary["checks"]}
+        assert rows[f"{main}/check-0"] == "Failed"
+        assert rows[f"{short}/check-0"] == "Unknown"  # registered, no result for this Node
+        checks = {c["id"]: c for c in (await portal.get("/api/v1/checks", token)).json()["items"]}
     assert checks[f"{short}/check-0"]["freshnessSeconds"] == 1800
-    assert checks[f"{main}/check-0"]["freshnessSeconds"] == 7 * 86400
+    assert checks[f"{main}/check-0"]["freshnessSeconds"] == 7 * 86400  # neither: shared DEFAULT_FRESHNESS
+    assert checks[f"{fresh}/check-0"]["freshnessSeconds"] == 1800
+    assert checks[f"{lenient}/check-0"]["freshnessSeconds"] == 7200
     assert (await portal.get("/readyz")).status_code == 200
-    assert "signal_portal_results" in (await portal.get("/metrics")).text
+    assert "signal_portal_requests_total" in (await portal.get("/metrics")).text
 
 
 async def _matches(portal: Portal, token: str, expected: dict[str, tuple[str, str]]) -> bool:
     states = await _states(portal, token)
     return all(states.get(k) == v for k, v in expected.items())
-
-
-async def _grant_list_runs(admin: KubeClient, namespace: str, user: str) -> None:
-    rbac = "rbac.authorization.k8s.io/v1"
-    role = {
-        "apiVersion": rbac,
-        "kind": "Role",
-        "metadata": {"name": f"{user}-runs", "namespace": namespace},
-        "rules": [{"apiGroups": [keys.GROUP], "resources": [keys.RUN_PLURAL], "verbs": ["get", "list"]}],
-    }
-    binding = {
-        "apiVersion": rbac,
-        "kind": "RoleBinding",
-        "metadata": {"name": f"{user}-runs", "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{user}-runs"},
-        "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
-    }
-    await admin.apply(resource_path(rbac, "roles", namespace, f"{user}-runs"), role)
-    await admin.apply(resource_path(rbac, "rolebindings", namespace, f"{user}-runs"), binding)
-    await rbac_in_effect(admin, [role, binding])
 
 
 async def test_a_user_sees_only_their_workspaces(
@@ -347,7 +418,7 @@ async def test_a_user_sees_only_their_workspaces(
     await cluster.create_namespace(other)
     try:
         kubeconfig = await portal_identity(cluster, admin, namespace, [other])
-        await _grant_list_runs(admin, namespace, "alice")
+        await grant_runs(admin, namespace, "alice")
         profile = f"{namespace}-iso"
         await lab.profile(profile)
         mine = await lab.finish(r := await lab.run(namespace, profile, await lab.nodes(f"{namespace}-a")), _fresh(r))
@@ -356,8 +427,10 @@ async def test_a_user_sees_only_their_workspaces(
         portal = await _start(
             portals, cluster, kubeconfig, "--namespace", namespace, "--namespace", other, "--auth", "sar"
         )
-        root = identities.admin(cluster.plane).token
-        alice, bob = identities.user(cluster.plane, "alice").token, identities.user(cluster.plane, "bob").token
+        await grant_runs(admin, other, "root", home=namespace)
+        await grant_runs(admin, namespace, "root")
+        root = await mint(admin, namespace, "root", [AUDIENCE])
+        alice, bob = await mint(admin, namespace, "alice", [AUDIENCE]), await mint(admin, namespace, "bob", [AUDIENCE])
         hidden_id = _id(other, hidden_nodes[0]["metadata"]["name"], profile, "check-0", hidden)
         mine_id = _id(namespace, f"{namespace}-a-0", profile, "check-0", mine)
         await eventually(
@@ -378,7 +451,7 @@ async def test_a_user_sees_only_their_workspaces(
         assert (await portal.get(f"/api/v1/results/{mine_id}", alice)).status_code == 200
         assert (await portal.get(f"/api/v1/results/{mine_id}", bob)).status_code == 404
         node = await portal.get(f"/api/v1/nodes/{hidden_nodes[0]['metadata']['name']}", alice)
-        assert node.json()["checks"][0]["state"] == "Unknown"
+        assert node.status_code == 404, "alice sees no result of that Node and may not list Nodes"
         everything = [texts[0], node.text, (await portal.get("/api/v1/checks", alice)).text]
         everything.append((await portal.get("/api/v1/results", alice)).text)
         assert not any(other in text or hidden["metadata"]["uid"] in text for text in everything)
@@ -475,3 +548,85 @@ async def test_schemathesis_finds_no_server_error(
     await asyncio.to_thread(fuzz)
     assert calls[0] >= 100
     assert failures == []
+
+
+async def _hold(admin: KubeClient, node: str, run: Obj, index: int) -> None:
+    """Reserve and cordon ``node`` for ``run`` with Signal's keys, as the controller does."""
+    meta = run["metadata"]
+    detail = {"run": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"], "index": index, "request": ""}
+    patch = {
+        "metadata": {
+            "labels": {keys.RESERVED_BY_LABEL: meta["uid"]},
+            "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(detail, sort_keys=True)},
+        },
+        "spec": {"taints": [{"key": keys.RESERVED_TAINT_KEY, "value": meta["uid"], "effect": "NoSchedule"}]},
+    }
+    await admin.merge_patch(resource_path("v1", "nodes", name=node), patch)
+
+
+async def test_node_health_and_capacity_beside_results(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, lab: Lab, portals: list[Portal]
+) -> None:
+    kubeconfig = await portal_identity(cluster, admin, namespace, [])
+    profile = f"{namespace}-health"
+    await lab.profile(profile)
+    held, cordoned, sick = (f"{namespace}-{k}" for k in ("held", "cordoned", "sick"))
+    nodes = await cluster.add_nodes(
+        [SimNode(held), SimNode(cordoned, unschedulable=True), SimNode(sick, ready=False, gpus=4, rdma=2)]
+    )
+    running = await lab.run(namespace, profile, nodes[:1])
+    await _hold(admin, held, running, 0)
+    done = await lab.finish(r := await lab.run(namespace, profile, nodes[1:]), _fresh(r))
+    portal = await _start(portals, cluster, kubeconfig, "--namespace", namespace, "--auth", "sar")
+    await grant_runs(admin, namespace, "viewer")
+    viewer = await mint(admin, namespace, "viewer", [AUDIENCE])
+    stranger = await mint(admin, namespace, "stranger", [AUDIENCE])  # may list Nodes, sees no workspace
+    expected = {
+        held: {
+            "ready": "True",
+            "gpu": "8",
+            "rdma": {"rdma/ib": "8"},
+            "signal": {
+                "cordoned": True,
+                "run": {
+                    "name": running["metadata"]["name"],
+                    "namespace": namespace,
+                    "uid": running["metadata"]["uid"],
+                    "index": 0,
+                },
+            },
+            "operatorCordoned": False,
+        },
+        cordoned: {"ready": "True", "gpu": "8", "rdma": {"rdma/ib": "8"}, "signal": None, "operatorCordoned": True},
+        sick: {"ready": "False", "gpu": "4", "rdma": {"rdma/ib": "2"}, "signal": None, "operatorCordoned": False},
+    }
+
+    def shown(health: Obj) -> Obj:
+        return {
+            "ready": health["ready"]["status"],
+            "gpu": health["allocatable"]["gpu"],
+            "rdma": health["allocatable"]["rdma"],
+            "signal": health["signal"],
+            "operatorCordoned": health["operatorCordoned"],
+        }
+
+    async with fleet_reader(admin, namespace, "viewer"), fleet_reader(admin, namespace, "stranger"):
+
+        async def all_shown() -> bool:
+            fleet = (await portal.get("/api/v1/fleet", viewer)).json()
+            return {k: shown(v) for k, v in fleet.get("nodes", {}).items()} == expected
+
+        await eventually(all_shown, timeout=30, what="the fleet view's Node health")
+        for name, health in expected.items():
+            summary = (await portal.get(f"/api/v1/nodes/{name}", viewer)).json()
+            assert shown(summary["health"]) == health, name
+            assert summary["checks"][0]["state"] in {"Running", "Passed"}
+        sick_summary = (await portal.get(f"/api/v1/nodes/{sick}", viewer)).json()
+        assert sick_summary["health"]["ready"]["reason"] == "KubeletNotReady"
+        assert sick_summary["uid"] == nodes[2]["metadata"]["uid"]
+        # Whoever may list Nodes learns that Signal holds one, not which Run of which workspace.
+        foreign = (await portal.get(f"/api/v1/nodes/{held}", stranger)).json()
+        assert foreign["health"]["signal"] == {"cordoned": True, "run": None}
+        assert foreign["checks"][0]["state"] == "Unknown"
+        assert running["metadata"]["name"] not in json.dumps(foreign)
+    assert done["status"]["phase"] == "Succeeded"
