@@ -26,7 +26,8 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from controller import events, metrics
+from controller import metrics
+from controller.ending import end_profile, end_run
 from controller.ledger import LedgerError
 from controller.lifecycle import enforce_retention, recur
 from controller.nodes import NodeView
@@ -43,10 +44,9 @@ from controller.workqueue import (
     TerminalError,
     WorkQueue,
 )
-from kubeio.client import Obj, resource_path
+from kubeio.client import Obj
 from kubeio.errors import ApiError, Conflict, NotFound
 from shared import keys
-from shared.conditions import set_condition
 from shared.run import TERMINAL_PHASES, Phase
 
 FATAL = (NotLeader, LedgerError)
@@ -296,9 +296,9 @@ class Controller:
         metrics.ENDED.labels(key.kind.value).inc()
         try:
             if key.kind is Kind.RUN:
-                written = await self._end_run(obj, reason, message)
+                written = await end_run(self.ctx, obj, reason, message)
             else:
-                written = await self._end_profile(obj, reason, message)
+                written = await end_profile(self.ctx, obj, reason, message)
         except FATAL:
             raise
         except NotFound:
@@ -309,50 +309,6 @@ class Controller:
             return Terminal(reason, message)
         self.ended[key] = _version(written) or _version(obj)
         return Terminal(reason, message)
-
-    async def _end_run(self, run: Obj, reason: str, message: str) -> Obj:
-        status = run.get("status") or {}
-        meta = run["metadata"]
-        conditions = set_condition(
-            status.get("conditions") or [],
-            type_="Reconciled",
-            status=False,
-            reason=reason,
-            message=message[:1000],
-            generation=meta.get("generation"),
-            now=self.ctx.clock(),
-        )
-        update: dict[str, Any] = {"conditions": conditions}
-        if (status.get("phase") or Phase.PENDING) not in TERMINAL_PHASES:
-            update |= {
-                "phase": Phase.INCONCLUSIVE.value,
-                "reason": reason,
-                "message": f"the controller cannot reconcile this Run: {message}"[:1000],
-                "completionTime": status.get("completionTime") or self.ctx.timestamp(),
-            }
-        written = await self.ctx.patch_run_status(run, update)
-        await events.emit(self.ctx, events.run_ref(run), reason, message, warning=True)
-        return written
-
-    async def _end_profile(self, profile: Obj, reason: str, message: str) -> Obj:
-        status = profile.get("status") or {}
-        meta = profile["metadata"]
-        conditions = set_condition(
-            status.get("conditions") or [],
-            type_="Ready",
-            status=False,
-            reason=reason,
-            message=message[:1000],
-            generation=meta.get("generation"),
-            now=self.ctx.clock(),
-        )
-        path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=meta["name"], subresource="status")
-        written = await self.ctx.kube.merge_patch(
-            path, {"metadata": {"uid": meta["uid"]}, "status": {"conditions": conditions}}
-        )
-        involved = {"apiVersion": keys.API_VERSION, "kind": keys.PROFILE_KIND, "name": meta["name"], "uid": meta["uid"]}
-        await events.emit(self.ctx, involved, reason, message, warning=True)
-        return written
 
     # -- the loop ------------------------------------------------------------------------
 

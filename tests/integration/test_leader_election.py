@@ -1,0 +1,161 @@
+"""Issue 13, acceptance 3: leader election that cannot fail silently, on the real API server.
+
+* In-process electors with different identities: one acquires, renews, and the other never
+  takes the Lease while it is renewed; when the renewal task is cancelled or dies, the
+  leader refuses every write at once (a real write is refused before it is sent), and the
+  other takes the Lease only once it has seen it unchanged for its duration.
+* Two controller processes with different identities: the leader's renewal task is made to
+  die; from each process's own log of the requests it sent, the old leader's last write
+  precedes both its renew deadline and the new leader's first write, and the new leader
+  writes only after the Lease could have expired."""
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.leader import FAULT_ENV, LeaderElector
+from controller.state import NotLeader
+from kubeio.client import Kube, resource_path
+from localcluster import identities
+from localcluster.cluster import LocalCluster
+from localcluster.kube import ApiError, KubeClient
+from tests.controller_support import ControllerProcess, World, eventually, install_rbac, profile_body
+
+pytestmark = pytest.mark.timeout(300)
+DURATION = 3
+RENEW_DEADLINE = 2.0
+RETRY = 0.25
+WRITES = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+async def _kube(cluster: LocalCluster, namespace: str, path: Path) -> Kube:
+    sa = await identities.service_account(cluster.plane, namespace, "signal-controller", create=False)
+    return await Kube.connect(kubeconfig=str(sa.kubeconfig(path, namespace)), field_manager="signal-controller")
+
+
+def _elector(kube: Kube, namespace: str, identity: str) -> LeaderElector:
+    return LeaderElector(kube, namespace, identity, DURATION, renew_deadline=RENEW_DEADLINE, retry_period=RETRY)
+
+
+async def test_acquire_renew_loss_and_takeover(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    await install_rbac(admin, namespace)
+    kube_a, kube_b = await _kube(cluster, namespace, tmp_path / "a"), await _kube(cluster, namespace, tmp_path / "b")
+    a, b = _elector(kube_a, namespace, "replica-a"), _elector(kube_b, namespace, "replica-b")
+    kube_a.write_guard = a.leadership.guard
+    try:
+        assert await a.try_acquire()
+        assert a.leadership.may_write(time.monotonic())
+        assert not await b.try_acquire()
+        keeper = asyncio.create_task(a.keep())
+        # While A renews, B never gets the Lease, however long it tries (three durations).
+        until = time.monotonic() + 3 * DURATION
+        while time.monotonic() < until:
+            assert not await b.try_acquire(), "B took a Lease that A keeps renewing"
+            assert a.leadership.may_write(time.monotonic())
+            await asyncio.sleep(RETRY)  # B's polling period, as its elector's
+        assert a.renewals >= 3 * DURATION / RETRY / 2
+
+        keeper.cancel()
+        await asyncio.gather(keeper, return_exceptions=True)
+        stopped = time.monotonic()
+        last_renewal = a.leadership.renewed_at
+        assert last_renewal is not None
+        assert a.leadership.lost.is_set()
+        with pytest.raises(NotLeader):
+            await kube_a.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "late-write"}})
+        with pytest.raises(ApiError) as missing:
+            await admin.get(resource_path("v1", "configmaps", namespace, "late-write"))
+        assert missing.value.status == 404, "the refused write reached the API server"
+
+        await asyncio.wait_for(b.acquire(), 5 * DURATION)
+        took = time.monotonic()
+        assert stopped < last_renewal + RENEW_DEADLINE < last_renewal + DURATION
+        assert took - last_renewal >= DURATION, "B took the Lease before it could have expired"
+        assert b.leadership.may_write(time.monotonic())
+    finally:
+        await kube_a.close()
+        await kube_b.close()
+
+
+async def test_a_renewal_task_that_dies_stops_every_write(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await install_rbac(admin, namespace)
+    kube = await _kube(cluster, namespace, tmp_path / "a")
+    elector = _elector(kube, namespace, "replica-a")
+    kube.write_guard = elector.leadership.guard
+    monkeypatch.setenv(FAULT_ENV, "2")
+    try:
+        await elector.acquire()
+        await kube.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "while-leading"}})
+        keeper = asyncio.create_task(elector.keep())
+        await asyncio.wait_for(asyncio.gather(keeper, return_exceptions=True), 10 * RETRY + 5)
+        assert isinstance(keeper.exception(), RuntimeError)
+        assert elector.leadership.lost.is_set()
+        assert time.monotonic() < (elector.leadership.renewed_at or 0) + RENEW_DEADLINE, "stopped before the deadline"
+        with pytest.raises(NotLeader, match="the renewal task ended"):
+            await kube.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "after-death"}})
+        names = {
+            c["metadata"]["name"] for c in (await admin.get(resource_path("v1", "configmaps", namespace)))["items"]
+        }
+        assert "while-leading" in names
+        assert "after-death" not in names
+    finally:
+        await kube.close()
+
+
+def _requests(log: Path) -> list[tuple[float, str, str]]:
+    rows = []
+    for line in log.read_text().splitlines():
+        stamp, verb, path = line.split("\t")
+        rows.append((float(stamp), verb, path))
+    return rows
+
+
+async def test_two_replicas_compete_and_a_dead_renewal_stops_the_leader_first(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    world = World(cluster, admin, namespace)
+    await world.setup()
+    logs = {name: tmp_path / f"requests-{name}.log" for name in ("a", "b")}
+    replicas = {
+        name: ControllerProcess(cluster, namespace, tmp_path, resync=1.0, identity=f"replica-{name}")
+        for name in ("a", "b")
+    }
+    first, second = f"{namespace}-first", f"{namespace}-second"
+    await world.add_nodes(world.node_names(2, "f"), requested_for=first)
+    await world.add_profile(profile_body(first, namespace, 2))
+    await world.add_profile(profile_body(second, namespace, 2))
+    await replicas["a"].start(SIGNAL_REQUEST_LOG=str(logs["a"]), **{FAULT_ENV: "4"})
+    try:
+        await eventually(world.runs, timeout=60, what=f"replica a admitting\n{replicas['a'].logs()}")
+        await replicas["b"].start(SIGNAL_REQUEST_LOG=str(logs["b"]))
+        code = await replicas["a"].wait_exit(60)
+        assert code == 1, replicas["a"].logs()
+        await world.add_nodes(world.node_names(2, "s"), requested_for=second)
+
+        async def two_runs() -> bool:
+            runs = await world.runs()
+            return len(runs) == 2 and all((r.get("status") or {}).get("phase") == "Running" for r in runs)
+
+        await eventually(two_runs, timeout=90, what=f"replica b admitting\n{replicas['b'].logs()}")
+    finally:
+        for replica in replicas.values():
+            replica.stop()
+        await world.cleanup()
+
+    a, b = _requests(logs["a"]), _requests(logs["b"])
+    a_lease = [t for t, verb, path in a if verb in WRITES and "/leases" in path]
+    a_writes = [t for t, verb, path in a if verb in WRITES and "/leases" not in path]
+    b_writes = [t for t, verb, path in b if verb in WRITES and "/leases" not in path]
+    assert a_lease, "replica a never held the Lease"
+    assert a_writes, "replica a never wrote as the leader"
+    assert b_writes, "replica b never wrote after taking over"
+    last_renewal = max(a_lease)
+    assert max(a_writes) < last_renewal + 10.0, "a wrote past its renew deadline"
+    assert max(a_writes) < min(b_writes), "both replicas wrote at the same time"
+    assert min(b_writes) >= last_renewal + 15.0, "b wrote before a's Lease could have expired"
