@@ -8,6 +8,7 @@ through ``kubeio.Kube`` with the operator's kubeconfig."""
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -19,8 +20,10 @@ import aiohttp
 from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import ApiError, Forbidden, NotFound
 from shared import keys
+from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.durations import DurationError, parse_duration
-from signalctl import actions, describe, tables, verify
+from shared.evidence import EvidenceError, decode_document
+from signalctl import actions, describe, nodeview, tables, verify
 from signalctl.kubectx import (
     DEFAULT_NAMESPACE,
     CommandError,
@@ -92,6 +95,68 @@ async def cmd_describe_run(kube: Kube, args: argparse.Namespace) -> int:
     return 0
 
 
+async def _behind(kube: Kube, node: Obj, name: str, registered: dict[str, Obj] | None) -> nodeview.Behind:
+    """The profile, Run and re-verified evidence behind the projection of profile ``name``."""
+    behind = nodeview.Behind(name)
+    if registered is not None:
+        behind.profile_obj = registered.get(name)
+        behind.profile_note = "no longer exists"
+    else:
+        try:
+            behind.profile_obj = await kube.get(resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=name))
+        except ApiError as exc:
+            behind.profile_note = (
+                "no longer exists" if isinstance(exc, NotFound) else f"could not be read (HTTP {exc.status})"
+            )
+    detail = nodeview.detail_of(node, name)
+    if not detail or not detail.get("run") or not detail.get("namespace"):
+        return behind
+    namespace, run_name = detail["namespace"], detail["run"]
+    try:
+        behind.run = await kube.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace, run_name))
+    except NotFound:
+        behind.run_note = "deleted (retention, or by hand): its evidence cannot be re-checked"
+        return behind
+    except ApiError as exc:
+        behind.run_note = f"could not be read: {explain(exc, 'get', f'Run {namespace}/{run_name}')}"
+        return behind
+    ref = (behind.run.get("status") or {}).get("evidence") or {}
+    try:
+        run_cm = await _config_map(kube, namespace, ref["configMap"]) if ref.get("configMap") else None
+        check_cms = {
+            index: await _config_map(kube, namespace, verify.check_config_map_name(run_name, index))
+            for index in range(len(behind.run["spec"]["checks"]))
+        }
+    except CommandError as exc:
+        behind.evidence_note = f"not re-verified: {exc.message}"
+        return behind
+    findings = verify.verify(behind.run, run_cm, check_cms)
+    behind.verify_problems = [f"{f.state} {f.subject}: {f.detail}" for f in findings if f.state != "OK"]
+    if run_cm is not None:
+        with contextlib.suppress(EvidenceError):
+            behind.evidence_digest = decode_document(run_cm, RUN_EVIDENCE_SCHEMA)[1]
+    return behind
+
+
+async def cmd_describe_node(kube: Kube, args: argparse.Namespace) -> int:
+    try:
+        node = await kube.get(resource_path("v1", "nodes", name=args.name))
+    except ApiError as exc:
+        raise CommandError(explain(exc, "get", f"Node {args.name}", "list Nodes with `kubectl get nodes`")) from exc
+    registered: dict[str, Obj] | None
+    note = ""
+    try:
+        listing = await kube.get(resource_path(keys.API_VERSION, keys.PROFILE_PLURAL))
+        registered = {p["metadata"]["name"]: p for p in listing.get("items", [])}
+    except ApiError as exc:
+        registered = None
+        note = f"could not list CertificationProfiles (HTTP {exc.status}): only those projected on the Node are shown"
+    names = set(nodeview.projected_profiles(node)) | set(registered or {})
+    behinds = [await _behind(kube, node, name, registered) for name in sorted(names)]
+    print(nodeview.describe_node(node, behinds, datetime.now(UTC), note))
+    return 0
+
+
 async def _config_map(kube: Kube, namespace: str, name: str) -> Obj | None:
     try:
         return await kube.get(resource_path("v1", "configmaps", namespace, name))
@@ -124,7 +189,7 @@ def _duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "signalctl") -> argparse.ArgumentParser:
     # Connection options are accepted before or after the command; SUPPRESS keeps a
     # subcommand from resetting what was given before it.
     common = argparse.ArgumentParser(add_help=False)
@@ -134,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "-n", "--namespace", default=argparse.SUPPRESS, help=f"namespace of the Runs (default {DEFAULT_NAMESPACE})"
     )
-    parser = argparse.ArgumentParser(prog="signalctl", description="Operate Project Signal certification Runs.")
+    parser = argparse.ArgumentParser(prog=prog, description="Operate Project Signal certification Runs.")
     parser.add_argument("--kubeconfig", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "-n", "--namespace", default=os.environ.get("SIGNAL_NAMESPACE", DEFAULT_NAMESPACE), help=argparse.SUPPRESS
@@ -150,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
     one = desc_kinds.add_parser("run", parents=[common], help="a CertificationRun, its Nodes and Events")
     one.add_argument("name")
     one.set_defaults(handler=cmd_describe_run)
+    node = desc_kinds.add_parser(
+        "node",
+        parents=[common],
+        help="every profile's result on a Node, the Run and evidence behind it, current or not",
+    )
+    node.add_argument("name", metavar="NODE")
+    node.set_defaults(handler=cmd_describe_node)
     evidence = commands.add_parser("evidence", help="work with a Run's evidence")
     evidence_kinds = evidence.add_subparsers(dest="action", required=True, metavar="ACTION")
     check = evidence_kinds.add_parser(
@@ -189,8 +261,8 @@ async def _execute(handler: Handler, args: argparse.Namespace) -> int:
         await kube.close()
 
 
-def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str], prog: str = "signalctl") -> int:
+    args = build_parser(prog).parse_args(argv)
     try:
         return asyncio.run(_execute(args.handler, args))
     except CommandError as exc:

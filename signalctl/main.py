@@ -1,7 +1,9 @@
-"""Entry point of ``signalctl``: ``demo`` goes to signalctl/demo.py (which needs the local
-cluster, so it is loaded only when asked); every operator command goes to
-signalctl/commands.py."""
+"""Entry point of ``signalctl``, also installed as the kubectl plugin ``kubectl-signal`` (so
+``kubectl signal get runs`` works once it is on the PATH): ``demo`` goes to signalctl/demo.py
+(which needs the local cluster, so it is loaded only when asked); every operator command goes
+to signalctl/commands.py."""
 
+import os
 import sys
 
 USAGE = """usage: signalctl COMMAND [options]   (signalctl COMMAND --help for its options)
@@ -9,6 +11,7 @@ USAGE = """usage: signalctl COMMAND [options]   (signalctl COMMAND --help for it
 commands:
   get runs [-A] [--profile P]        list CertificationRuns
   describe run RUN                   a Run's status, checks, participants and Events
+  describe node NODE                 every profile's result on a Node, the Run and evidence behind it, current or not
   evidence verify RUN                recompute a Run's evidence digests and decision (exit 0 ok, 1 mismatch, 2 missing)
   request PROFILE NODE... [--force]  request certification of Nodes (label projectsignal.dev/certify)
   cancel RUN                         cancel a Run (spec.cancel)
@@ -19,13 +22,21 @@ options of the operator commands:
   --kubeconfig FILE   default $KUBECONFIG, then ~/.kube/config
   -n, --namespace NS  namespace of the Runs (default signal-system, or $SIGNAL_NAMESPACE)
   --wait [--timeout 30m]  (request, cancel, release) print progress until done
+
+As a kubectl plugin: `kubectl signal COMMAND ...` (the `kubectl-signal` command on your PATH).
 """
+
+
+def program_name(argv0: str) -> str:
+    """``kubectl signal`` when run as the kubectl plugin, else ``signalctl``."""
+    return "kubectl signal" if os.path.basename(argv0).startswith("kubectl-") else "signalctl"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    prog = program_name(sys.argv[0])
     if not args or args[0] in {"-h", "--help"}:
-        print(USAGE)
+        print(USAGE.replace("signalctl COMMAND", f"{prog} COMMAND"))
         return 0 if args else 2
     command, rest = args[0], args[1:]
     if command == "demo":
@@ -35,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from signalctl import commands  # noqa: PLC0415 - keeps `signalctl --help` and `demo` free of the API client
 
     try:
-        return commands.main(args)
+        return commands.main(args, prog)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return exc.code if isinstance(exc.code, int) else 2
 

@@ -5,6 +5,7 @@ then the controller's own acceptance (controller.accept.accept) in-process."""
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from controller.accept import accept, check_evidence_name
 from controller.state import Context
 from kubeio.client import Kube
 from localcluster import identities
+from localcluster.binaries import kplane_binary
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, resource_path
@@ -257,37 +259,163 @@ async def test_request_labels_nodes_and_refuses_reserved_ones(
         await admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=profile))
 
 
-async def test_request_wait_follows_the_run_to_the_end(
+async def _line_with(stream: asyncio.StreamReader, text: str, seen: list[str], timeout: float = 30) -> str:
+    """Read lines until one contains ``text`` (all lines read go to ``seen``)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        left = deadline - asyncio.get_running_loop().time()
+        assert left > 0, f"no line with {text!r} within {timeout}s; got:\n" + "\n".join(seen)
+        line = (await asyncio.wait_for(stream.readline(), left)).decode()
+        assert line, f"output ended before a line with {text!r}:\n" + "\n".join(seen)
+        seen.append(line.rstrip())
+        if text in line:
+            return line
+
+
+async def test_request_wait_follows_each_check_node_by_node_to_the_end(
     cluster: LocalCluster, admin: KubeClient, namespace: str, kubeconfig: Path
 ) -> None:
+    """The progress display: admission, each check advancing (Nodes done / total: a backend Pod
+    really ran and ended on each Node under the process kubelet), its verdict as its evidence
+    lands, and the Run's end."""
     profile = f"w-{namespace}"
-    await admin.create(resource_path(API, keys.PROFILE_PLURAL), profile_body(profile, namespace, 1))
+    await admin.create(resource_path(API, keys.PROFILE_PLURAL), profile_body(profile, namespace, 2))
+    process = None
     try:
-        nodes = await _nodes(cluster, f"{namespace}-wt", 1)
-        node = nodes[0]["metadata"]["name"]
+        nodes = await _nodes(cluster, f"{namespace}-wt", 2)
+        names = [n["metadata"]["name"] for n in nodes]
         process = await asyncio.create_subprocess_exec(
             SIGNALCTL,
-            *("request", profile, node, "--wait", "--timeout", "60s", "-n", namespace, "--kubeconfig", str(kubeconfig)),
+            *("request", profile, *names, "--wait", "--timeout", "90s", "-n", namespace),
+            *("--kubeconfig", str(kubeconfig)),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
         assert process.stdout is not None
-        first = await asyncio.wait_for(process.stdout.readline(), 30)
-        assert b"requested for certification" in first
-        # Stand in for the controller: admit the Node into a Run, then finish it.
+        seen: list[str] = []
+        await _line_with(process.stdout, "requested for certification", seen)
+        # Stand in for the controller and the adapter: admit the Nodes into a Run, run one
+        # backend Pod per Node (really, under the process kubelet), store the evidence, finish.
         run = await running_run(admin, namespace, nodes, profile, started=STARTED)
-        status_path = resource_path(API, keys.RUN_PLURAL, namespace, run["metadata"]["name"], "status")
-        await asyncio.sleep(1.5)
+        name = run["metadata"]["name"]
+        await _line_with(process.stdout, f"admitted into Run {name} as participant 1", seen)
+        labels = {
+            keys.RUN_UID_LABEL: run["metadata"]["uid"],
+            keys.CHECK_LABEL: "check-0",
+            keys.COMPONENT_LABEL: "backend",
+        }
+        for index, node in enumerate(names):
+            script = "exit 0" if index == 0 else "sleep 300"
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"backend-{index}", "labels": {**labels, keys.PARTICIPANT_LABEL: str(index)}},
+                "spec": {
+                    "nodeName": node,
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "containers": [{"name": "check", "image": "busybox", "command": ["sh", "-c", script]}],
+                },
+            }
+            await admin.create(resource_path("v1", "pods", namespace), pod)
+        await _line_with(process.stdout, f"Run {name}: check 1/1 check-0 (Pod): 1/2 Nodes done", seen)
+        await admin.delete(resource_path("v1", "pods", namespace, "backend-1"), {"gracePeriodSeconds": 0})
+        evidence = check_evidence_name(name, 0)
+        await store(admin, namespace, evidence, eb.config_map(evidence, eb.check_evidence(run, 0)))
+        line = await _line_with(process.stdout, f"Run {name}: check 1/1 check-0 (Pod): Pass", seen)
+        assert f"[{names[0]} Pass, {names[1]} Pass] evidence sha256:" in line
+        status_path = resource_path(API, keys.RUN_PLURAL, namespace, name, "status")
         await admin.merge_patch(
             status_path, {"status": {"phase": "Succeeded", "reason": "AllChecksPassed", "message": "ok"}}
         )
         rest, err = await asyncio.wait_for(process.communicate(), 30)
-        out = rest.decode()
+        out = "\n".join(seen) + "\n" + rest.decode()
         assert process.returncode == 0, out + err.decode()
-        assert f"Node {node}: admitted into Run {run['metadata']['name']} as participant 0" in out
-        assert f"Run {namespace}/{run['metadata']['name']}: Succeeded (AllChecksPassed: ok)" in out
+        assert f"Node {names[0]}: admitted into Run {name} as participant 0" in out
+        assert f"Run {namespace}/{name}: Succeeded (AllChecksPassed: ok)" in out
+        assert out.index("1/2 Nodes done") < out.index("check-0 (Pod): Pass") < out.index("Succeeded (")
     finally:
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.communicate()
         await admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=profile))
+
+
+async def test_describe_node_shows_every_projection_the_run_and_evidence_and_whether_current(
+    ctx: Context, cluster: LocalCluster, admin: KubeClient, kubeconfig: Path
+) -> None:
+    run = await _finished(ctx, admin, cluster, "dn")
+    ns, name = ctx.namespace, run["metadata"]["name"]
+    node = run["spec"]["participants"][0]["nodeName"]
+    profile = f"dn-{ns}"
+    body = profile_body(profile, ns, 2, digest=run["spec"]["source"]["digest"])
+    # The Run's profile ("dn") as registered, and another profile that never certified the Node.
+    await admin.create(resource_path(API, keys.PROFILE_PLURAL), {**body, "metadata": {"name": "dn"}})
+    await admin.create(resource_path(API, keys.PROFILE_PLURAL), body)
+    try:
+        rc, out, err = await signalctl(kubeconfig, "describe", "node", node)
+        assert rc == 0, out + err
+        section = out.split("Profile dn:")[1].split("Profile ")[0]
+        assert "Result:         Pass" in section
+        assert f"Run:            {ns}/{name} (uid {run['metadata']['uid']})" in section
+        assert "Run phase:      Succeeded (AllChecksPassed)" in section
+        assert "check-0=Pass, check-1=Pass" in section
+        assert f"{run['status']['evidence']['digest']} (re-verified" in section
+        assert "Current:        yes" in section
+        assert f"Profile {profile}:\n  <never certified by this profile>" in out
+        summary = out.split("Summary:")[1]
+        assert any(line.split() == ["dn", "Pass", "yes", name] for line in summary.splitlines()), summary
+
+        # The evidence is replaced by a forgery: the projection is no longer current.
+        cm = check_evidence_name(name, 1)
+        await admin.delete(resource_path("v1", "configmaps", ns, cm))
+        await store(admin, ns, cm, eb.config_map(cm, eb.check_evidence(run, 1, verdicts={0: "Fail"})))
+        rc, out, err = await signalctl(kubeconfig, "describe", "node", node)
+        assert rc == 0, out + err
+        section = out.split("Profile dn:")[1].split("Profile ")[0]
+        assert "Current:        NO" in section
+        assert "- evidence: MISMATCH check 1 check-1" in section
+
+        # The profile's suite changes: not current either, and it says why.
+        await admin.merge_patch(
+            resource_path(API, keys.PROFILE_PLURAL, name="dn"), {"spec": {"source": {"digest": "sha256:" + "0" * 64}}}
+        )
+        rc, out, _ = await signalctl(kubeconfig, "describe", "node", node)
+        assert "the profile's suite changed since" in out
+
+        rc, out, err = await signalctl(kubeconfig, "describe", "node", "no-such-node")
+        assert rc == 1
+        assert "Node no-such-node not found; list Nodes with `kubectl get nodes`" in err
+    finally:
+        for name_ in ("dn", profile):
+            await admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=name_))
+
+
+async def test_signalctl_is_a_kubectl_plugin(
+    ctx: Context, cluster: LocalCluster, admin: KubeClient, kubeconfig: Path
+) -> None:
+    """`kubectl signal ...` with the local control plane's real kubectl finds `kubectl-signal`
+    (installed by pyproject.toml) on the PATH and gives what `signalctl` gives."""
+    run = await _finished(ctx, admin, cluster, "plug")
+    ns = ctx.namespace
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    process = await asyncio.create_subprocess_exec(
+        str(kplane_binary()),
+        *("kubectl", "signal", "get", "runs", "-n", ns, "--kubeconfig", str(kubeconfig)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    _, direct, _ = await signalctl(kubeconfig, "get", "runs", "-n", ns)
+    assert out.decode().split()[:12] == direct.split()[:12]
+    assert run["metadata"]["name"] in out.decode()
+    process = await asyncio.create_subprocess_exec(
+        str(kplane_binary()), "kubectl", "signal", "--help", stdout=asyncio.subprocess.PIPE, env=env
+    )
+    usage, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert usage.decode().startswith("usage: kubectl signal COMMAND")
 
 
 async def test_release_refuses_a_running_run_and_cancel_sets_the_flag(

@@ -1,0 +1,181 @@
+"""``signalctl describe node``: every profile's projection on a Node, the Run and evidence
+behind it, and whether it is current. Pure: takes the objects already fetched, plus ``now``.
+
+A projection is **current** when nothing newer or different has replaced what it proves: its
+detail is readable and agrees with the label; the profile still exists with the same suite (the
+source digest recorded with the result); the Node is the one the Run certified (same uid); the
+Run's evidence, where it still exists, re-verifies and has the recorded digest; and the result
+is younger than the profile's freshness window (``freshness``, else ``recurrence.interval``,
+else 168h). A Run removed by retention leaves the projection standing but unverifiable here."""
+
+import contextlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared import keys
+from shared.durations import DurationError, parse_duration
+from shared.profile import DEFAULT_FRESHNESS
+from signalctl.tables import age, render
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Behind:
+    """What stands behind one profile's projection, as fetched."""
+
+    profile: str
+    profile_obj: Obj | None = None
+    """The CertificationProfile (None: deleted or unreadable, see ``profile_note``)."""
+    profile_note: str = ""
+    run: Obj | None = None
+    run_note: str = ""
+    """Why there is no Run (deleted, unreadable)."""
+    evidence_digest: str | None = None
+    """The recomputed digest of the Run's evidence document (None: not read)."""
+    verify_problems: list[str] = field(default_factory=list)
+    """`signalctl evidence verify`'s non-OK findings for that Run."""
+    evidence_note: str = ""
+
+
+def freshness_window(spec: Obj) -> timedelta:
+    """The profile's ``freshness``, else ``recurrence.interval``, else DEFAULT_FRESHNESS."""
+    for value in (spec.get("freshness"), (spec.get("recurrence") or {}).get("interval")):
+        if isinstance(value, str):
+            with contextlib.suppress(DurationError):
+                window = parse_duration(value)
+                if window > timedelta():
+                    return window
+    return parse_duration(DEFAULT_FRESHNESS)
+
+
+def projected_profiles(node: Obj) -> list[str]:
+    """Profiles with a result label, detail annotation or condition on the Node."""
+    prefix = keys.CERTIFIED_LABEL_PREFIX
+    meta = node["metadata"]
+    names = {k[len(prefix) :] for k in (meta.get("labels") or {}) if k.startswith(prefix)}
+    names |= {k[len(prefix) :] for k in (meta.get("annotations") or {}) if k.startswith(prefix)}
+    names |= {
+        c["type"][len(prefix) :]
+        for c in (node.get("status") or {}).get("conditions") or []
+        if c["type"].startswith(prefix)
+    }
+    return sorted(names)
+
+
+def detail_of(node: Obj, profile: str) -> dict[str, str] | None:
+    raw = (node["metadata"].get("annotations") or {}).get(keys.certified_label(profile))
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _parse_time(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
+        return None
+
+
+def not_current(node: Obj, behind: Behind, now: datetime) -> list[str]:
+    """Why the projection of ``behind.profile`` on ``node`` is not current (empty: it is)."""
+    profile = behind.profile
+    label = (node["metadata"].get("labels") or {}).get(keys.certified_label(profile))
+    detail = detail_of(node, profile)
+    if label is None:
+        return ["no result label on the Node"]
+    if detail is None:
+        return ["the result's detail annotation is missing or unreadable"]
+    reasons = []
+    if detail.get("verdict") != label:
+        reasons.append(f"the label says {label} but the detail says {detail.get('verdict')}")
+    if behind.profile_obj is None:
+        reasons.append(f"the profile {behind.profile_note or 'no longer exists'}")
+    else:
+        spec = behind.profile_obj.get("spec") or {}
+        source = (spec.get("source") or {}).get("digest")
+        if source != detail.get("sourceDigest"):
+            reasons.append(f"the profile's suite changed since (source {detail.get('sourceDigest')} → {source})")
+        completed = _parse_time(str(detail.get("completionTime", "")))
+        window = freshness_window(spec)
+        if completed is None:
+            reasons.append("the completion time is unreadable")
+        elif now - completed > window:
+            reasons.append(f"Stale: completed {age(detail['completionTime'], now)} ago, freshness {window}")
+    if behind.run is not None:
+        if behind.run["metadata"].get("uid") != detail.get("runUID"):
+            reasons.append(f"Run {detail.get('run')} was replaced (uid now {behind.run['metadata'].get('uid')})")
+        mine = [
+            p for p in behind.run["spec"].get("participants") or [] if p.get("nodeName") == node["metadata"]["name"]
+        ]
+        if mine and mine[0].get("nodeUID") != node["metadata"].get("uid"):
+            reasons.append("the Node was replaced since that Run (its uid changed)")
+        if behind.evidence_digest is not None and behind.evidence_digest != detail.get("evidenceDigest"):
+            recorded = detail.get("evidenceDigest")
+            reasons.append(f"the Run's evidence digest is {behind.evidence_digest}, the Node records {recorded}")
+        reasons += [f"evidence: {p}" for p in behind.verify_problems]
+    return reasons
+
+
+def _line(label: str, value: object) -> str:
+    return f"  {label + ':':<16}{value if value not in (None, '') else '<none>'}"
+
+
+def describe_node(node: Obj, profiles: Sequence[Behind], now: datetime, profiles_note: str = "") -> str:
+    meta = node["metadata"]
+    labels = meta.get("labels") or {}
+    reserved = labels.get(keys.RESERVED_BY_LABEL)
+    reservation = (meta.get("annotations") or {}).get(keys.RESERVATION_ANNOTATION, "")
+    lines = [
+        f"Name:           {meta['name']}",
+        f"UID:            {meta.get('uid')}",
+        f"Reserved by:    {f'Run uid {reserved} {reservation}'.strip() if reserved else '<not reserved>'}",
+        f"Requested:      {labels.get(keys.CERTIFY_LABEL) or '<no request>'}",
+        f"Cordoned:       {'yes (spec.unschedulable)' if (node.get('spec') or {}).get('unschedulable') else 'no'}",
+    ]
+    if profiles_note:
+        lines.append(f"Profiles:       {profiles_note}")
+    summary = []
+    for behind in profiles:
+        label = labels.get(keys.certified_label(behind.profile))
+        detail = detail_of(node, behind.profile)
+        lines.append(f"Profile {behind.profile}:")
+        if label is None and detail is None:
+            lines.append("  <never certified by this profile>")
+            summary.append([behind.profile, "-", "-", "-"])
+            continue
+        reasons = not_current(node, behind, now)
+        detail = detail or {}
+        status = (behind.run or {}).get("status") or {}
+        run_text = f"{detail.get('namespace')}/{detail.get('run')} (uid {detail.get('runUID')})"
+        lines += [
+            _line("Result", label),
+            _line("Completed", f"{detail.get('completionTime')} ({age(detail.get('completionTime'), now)} ago)"),
+            _line("Run", run_text + (f": {behind.run_note}" if behind.run is None else "")),
+        ]
+        if behind.run is not None:
+            verdicts = ", ".join(f"{v.get('name')}={v.get('verdict')}" for v in status.get("checkVerdicts") or [])
+            lines.append(_line("Run phase", f"{status.get('phase')} ({status.get('reason')})"))
+            lines.append(_line("Checks", verdicts))
+        evidence = detail.get("evidenceDigest")
+        if behind.run is not None and behind.evidence_digest is not None and not behind.verify_problems:
+            evidence = f"{evidence} (re-verified: `signalctl evidence verify {detail.get('run')}`)"
+        elif behind.evidence_note:
+            evidence = f"{evidence} ({behind.evidence_note})"
+        lines.append(_line("Evidence", evidence))
+        lines.append(
+            _line("Suite", f"source {detail.get('sourceDigest')}, generation {detail.get('profileGeneration')}")
+        )
+        lines.append(_line("Current", "yes" if not reasons else "NO"))
+        lines += [f"    - {reason}" for reason in reasons]
+        summary.append([behind.profile, label or "-", "yes" if not reasons else "no", detail.get("run") or "-"])
+    lines.append("Summary:")
+    lines += ["  " + row for row in render(("PROFILE", "RESULT", "CURRENT", "RUN"), summary).splitlines()]
+    return "\n".join(lines)
