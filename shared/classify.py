@@ -12,8 +12,8 @@ In this order, first match wins:
 5. **Unknown** when the verified verdict is Inconclusive or absent, or when a Pass comes
    from a Run that did not end with a proven outcome (``Succeeded`` or ``Failed``).
 6. **Stale** when the verified result (Pass or Fail) finished longer ago than the freshness
-   window (the profile's ``recurrence.interval``, else the portal's ``--freshness``), or has
-   no finish time.
+   window (the profile's ``freshness``, else its ``recurrence.interval``, else
+   shared/profile.py's DEFAULT_FRESHNESS), or has no finish time.
 7. **Failed** for a verified proven failure; **Passed** for a verified pass.
 
 Missing, malformed, incomplete, unauthorized or unsupported results are never Passed.
