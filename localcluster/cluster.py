@@ -28,6 +28,7 @@ from localcluster.fleet import SimNode, create_nodes, heartbeat
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.kubelet import ProcessKubelet
 from localcluster.mpioperator import MPIOperator
+from localcluster.realnode.pool import RealNodes, gpu_nodes
 
 log = structlog.get_logger("localcluster")
 
@@ -44,12 +45,16 @@ class LocalCluster:
     workflow_instance_id: str = ""
     """Argo's instanceID: when set, Argo runs only Workflows labelled with it (Signal's controller:
     ``--workflow-instance-id``)."""
+    real_nodes: int | list[SimNode] = 0
+    """Real nodes (``localcluster.realnode``): a count of GPU nodes (``node-1``...) or their
+    shapes. Simulated Nodes and the process kubelet stay available beside them."""
     simulated: set[str] = field(default_factory=set)
     timings: dict[str, float] = field(default_factory=dict)
     admin_client: KubeClient | None = None
     kubelet: ProcessKubelet | None = None
     mpi_operator: MPIOperator | None = None
     argo: ArgoController | None = None
+    realnodes: RealNodes | None = None
     _heartbeat: asyncio.Task[None] | None = None
 
     @property
@@ -81,6 +86,10 @@ class LocalCluster:
     async def _start(self, progress: Callable[[str], None] | None) -> None:
         say = progress or (lambda _message: None)
         began = time.monotonic()
+        if self.real_nodes:
+            shapes = gpu_nodes(self.real_nodes) if isinstance(self.real_nodes, int) else list(self.real_nodes)
+            self.realnodes = RealNodes(shapes)
+            self.realnodes.prepare(self.plane)
         say("starting etcd and kube-apiserver")
         self.plane.start_api()
         self.timings["api"] = time.monotonic() - began
@@ -98,9 +107,12 @@ class LocalCluster:
         self.plane.start_controllers()
         say("proving the garbage collector with a canary")
         self.timings["gc_canary"] = await prove_garbage_collection(self.admin)
-        # In-cluster config for Pods: the API server answers on 127.0.0.1 (its certificate covers it).
+        if self.realnodes is not None:
+            await self.realnodes.start(self.admin, self.plane.server, say)
+            self.timings["real_nodes"] = time.monotonic() - began
+        # In-cluster config for Pods: the API server answers on its host (its certificate covers it).
         service_env = {
-            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_HOST": self.plane.host,
             "KUBERNETES_SERVICE_PORT": str(self.plane.apiserver_port),
         }
         self.kubelet = ProcessKubelet(
@@ -108,7 +120,7 @@ class LocalCluster:
             self.plane.workdir / "kubelet",
             lambda n: n in self.simulated,
             service_env=service_env,
-            tls_files=(self.plane.ca_file, self.plane.ca_file.with_suffix(".key")),
+            tls_files=self._process_kubelet_tls(),
         )
         await self.kubelet.start()
         if self.install_upstream:
@@ -152,11 +164,22 @@ class LocalCluster:
             await asyncio.gather(self._heartbeat, return_exceptions=True)
         if self.kubelet:
             await attempt(self.kubelet.stop)
+        if self.realnodes:
+            realnodes = self.realnodes
+            await attempt(lambda: asyncio.to_thread(realnodes.stop))
         if self.admin_client:
             await attempt(self.admin_client.close)
         await attempt(lambda: asyncio.to_thread(self.plane.stop))
         if failures:
             raise failures[0]
+
+    def _process_kubelet_tls(self) -> tuple[Path, Path]:
+        """The process kubelet's serving certificate: the API server's self-signed one, or with
+        real nodes one the cluster CA signed (the API server then verifies every kubelet)."""
+        if self.realnodes is not None:
+            pair = self.realnodes.serving_pair_for_process_kubelet()
+            return pair.cert, pair.key
+        return self.plane.ca_file, self.plane.ca_file.with_suffix(".key")
 
     async def add_nodes(
         self,

@@ -100,6 +100,15 @@ class ControlPlane:
     components: list[Component] = field(default_factory=list)
     apiserver_port: int = 0
     started_seconds: float = 0.0
+    host: str = "127.0.0.1"
+    """The address the API server binds and advertises (real nodes: their bridge's host address,
+    see ``localcluster.realnode``)."""
+    apiserver_args: list[str] = field(default_factory=list)
+    """Extra kube-apiserver flags (``--name=value``); each replaces the default flag of that name."""
+    extra_controllers: list[str] = field(default_factory=list)
+    """kube-controller-manager controllers besides ``CONTROLLERS``."""
+    ca_override: Path | None = None
+    """The CA that signed the API server's certificate, when it is not self-signed."""
     _binary: Path = field(default=Path(), repr=False)
     _env: dict[str, str] = field(default_factory=dict, repr=False)
     _began: float = field(default=0.0, repr=False)
@@ -107,11 +116,11 @@ class ControlPlane:
 
     @property
     def server(self) -> str:
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        return f"https://{self.host}:{self.apiserver_port}"
 
     @property
     def ca_file(self) -> Path:
-        return self.workdir / "certs" / "apiserver.crt"
+        return self.ca_override or self.workdir / "certs" / "apiserver.crt"
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -189,7 +198,7 @@ class ControlPlane:
             [
                 *common,
                 f"--secure-port={free_port()}",
-                f"--controllers={CONTROLLERS}",
+                f"--controllers={','.join([CONTROLLERS, *self.extra_controllers])}",
                 f"--root-ca-file={self.ca_file}",
                 "--concurrent-gc-syncs=5",
                 f"--cert-dir={self.workdir / 'certs-kcm'}",
@@ -213,10 +222,10 @@ class ControlPlane:
         return component
 
     def _apiserver_args(self, etcd_port: int) -> list[str]:
-        return [
+        args = [
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.host}",
+            f"--advertise-address={self.host}",
             f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.workdir / 'certs'}",
             "--authorization-mode=RBAC",
@@ -237,6 +246,8 @@ class ControlPlane:
             "--profiling=false",
             "-v=1",
         ]
+        overridden = {arg.split("=", 1)[0] for arg in self.apiserver_args}
+        return [arg for arg in args if arg.split("=", 1)[0] not in overridden] + self.apiserver_args
 
     def _write_credentials(self) -> None:
         key, pub = self.workdir / "sa.key", self.workdir / "sa.pub"

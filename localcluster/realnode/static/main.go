@@ -1,0 +1,141 @@
+// Command signal-static is the one static program of the local cluster's real nodes. It is
+// the pause container of every Pod sandbox (as /pause), the holder of each node's namespaces,
+// and the test image's tool (as /nettest): serve, dial, lookup, sleep and exit.
+//
+// It has no dependencies beyond the Go standard library and is built with CGO_ENABLED=0, so
+// the images that hold it need nothing else.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	args := os.Args[1:]
+	if name != "pause" && len(args) > 0 && args[0] == "pause" {
+		name, args = "pause", args[1:]
+	}
+	if name == "pause" {
+		pause()
+		return
+	}
+	if len(args) == 0 {
+		usage()
+	}
+	switch args[0] {
+	case "echo":
+		fmt.Println(strings.Join(args[1:], " "))
+	case "exit":
+		code := 0
+		if len(args) > 1 {
+			code, _ = strconv.Atoi(args[1])
+		}
+		os.Exit(code)
+	case "sleep":
+		seconds, _ := strconv.ParseFloat(get(args, 1), 64)
+		time.Sleep(time.Duration(seconds * float64(time.Second)))
+	case "serve":
+		serve(get(args, 1))
+	case "dial":
+		dial(get(args, 1))
+	case "lookup":
+		lookup(get(args, 1))
+	case "hostname":
+		host, err := os.Hostname()
+		check(err, "hostname")
+		fmt.Println(host)
+	default:
+		usage()
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: pause | nettest echo WORDS | exit CODE | sleep SECONDS | serve PORT | dial HOST:PORT | lookup NAME | hostname")
+	os.Exit(2)
+}
+
+func get(args []string, i int) string {
+	if len(args) <= i {
+		usage()
+	}
+	return args[i]
+}
+
+func check(err error, what string) {
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", what, err)
+		os.Exit(1)
+	}
+}
+
+// pause waits for SIGINT or SIGTERM and reaps the zombies it inherits as PID 1.
+func pause() {
+	signals := make(chan os.Signal, 4)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for sig := range signals {
+		if sig != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			pid, err := syscall.Wait4(-1, nil, syscall.WNOHANG, nil)
+			if pid <= 0 || err != nil {
+				break
+			}
+		}
+	}
+}
+
+// serve answers every TCP connection on PORT with "<hostname> <remote address>\n".
+func serve(port string) {
+	listener, err := net.Listen("tcp", ":"+port)
+	check(err, "listen")
+	host, _ := os.Hostname()
+	for {
+		conn, err := listener.Accept()
+		check(err, "accept")
+		go func(c net.Conn) {
+			defer c.Close()
+			fmt.Fprintf(c, "%s %s\n", host, c.RemoteAddr())
+		}(conn)
+	}
+}
+
+// dial connects to ADDRESS (retrying for up to 20 s) and prints what the server says.
+func dial(address string) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", address, 2*time.Second)
+		if err == nil {
+			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			_, err = io.Copy(os.Stdout, conn)
+			conn.Close()
+			check(err, "read "+address)
+			return
+		}
+		if time.Now().After(deadline) {
+			check(err, "dial "+address)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// lookup resolves NAME through /etc/resolv.conf (the Pod's cluster DNS) and prints its addresses.
+func lookup(name string) {
+	resolver := &net.Resolver{PreferGo: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := resolver.LookupHost(ctx, name)
+	check(err, "lookup "+name)
+	fmt.Println(strings.Join(addrs, " "))
+}
