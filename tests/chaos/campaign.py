@@ -1,0 +1,276 @@
+"""The fault campaign (issue 14): a seeded scenario on a local cluster of its own with real Argo,
+two controller replicas with different identities, simulated GPU Nodes in three zones, two
+profiles, requests in waves, scripts that fail or hang on some Nodes, and faults from a seeded
+schedule; a recorder writes the history, and the checker judges it at every point.
+
+    python -m tests.chaos.campaign --seeds 1-10 --faults 50      # the long campaign
+    python -m tests.chaos.campaign --seeds 7 --faults 50 --keep  # one seed, keep its work dir
+
+The short campaign (one seed, about 50 faults) runs in the test suite (tests/chaos/test_campaign.py).
+Exit status: 0 when every seed ran with no violation, 1 otherwise.
+"""
+
+import argparse
+import asyncio
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from localcluster.cluster import LocalCluster
+from localcluster.controlplane import ControlPlane
+from localcluster.fleet import SimNode
+from localcluster.kube import KubeClient, Obj, resource_path
+from shared import keys
+from shared.digests import bundle_digest
+from tests.chaos.checker import Rules, Violation, check
+from tests.chaos.faults import TERMINAL, Injector, schedule
+from tests.chaos.recorder import Recorder, sources
+from tests.controller_support import REPO, ControllerProcess, World, install_rbac, profile_body
+
+ZONES = ("zone-a", "zone-b", "zone-c")
+# Nodes whose name ends in 7 fail the inventory; in 5, it hangs past its deadline.
+SCRIPTS = {
+    "inventory.sh": '#!/bin/sh\ncase "$SIGNAL_NODE_NAME" in *7) echo "XID 79" >&2; exit 1;; *5) sleep 600;; esac\necho ok\n',
+    "nccl.sh": '#!/bin/sh\necho "rank $SIGNAL_RANK of $SIGNAL_WORLD_SIZE"\n',
+}
+BUDGET = {"topologyKey": keys.ZONE_LABEL, "maxNodesUnderTest": 2}
+
+
+@dataclass
+class Report:
+    seed: int
+    faults: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    runs: Counter[str] = field(default_factory=Counter)
+    evaluations: int = 0
+    records: int = 0
+    relists: int = 0
+    violations: list[Violation] = field(default_factory=list)
+    wall: float = 0.0
+
+    def lines(self) -> list[str]:
+        out = [
+            f"seed {self.seed}: {sum(self.faults.values())} faults injected ({sum(self.skipped.values())} found no target), "
+            f"{self.records} records, {self.evaluations} invariant checks, {len(self.violations)} violations, "
+            f"{self.wall:.0f}s"
+        ]
+        out.append("  faults: " + ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())))
+        out.append("  runs:   " + ", ".join(f"{k} {v}" for k, v in sorted(self.runs.items())))
+        for v in self.violations:
+            out.append(f"  VIOLATION of invariant {v.invariant} at t={v.at:.1f}s rv={v.rv}: {v.message}")
+            out += [f"      {line}" for line in v.excerpt]
+        return out
+
+
+async def _profiles(world: World) -> list[str]:
+    digest = bundle_digest(SCRIPTS, {})
+    a = profile_body(
+        f"{world.namespace}-a",
+        world.namespace,
+        2,
+        digest=digest,
+        budget=BUDGET,
+        checks=[
+            {
+                "name": "inventory",
+                "scriptKey": "inventory.sh",
+                "backend": "Pod",
+                "gpuCount": 1,
+                "backendActiveDeadline": "20s",
+            },
+            {
+                "name": "nccl",
+                "scriptKey": "nccl.sh",
+                "backend": "MPIJob",
+                "gpuCount": 1,
+                "backendActiveDeadline": "30s",
+            },
+        ],
+    )
+    b = profile_body(
+        f"{world.namespace}-b",
+        world.namespace,
+        2,
+        digest=digest,
+        budget=BUDGET,
+        checks=[
+            {
+                "name": "inventory",
+                "scriptKey": "inventory.sh",
+                "backend": "Pod",
+                "gpuCount": 1,
+                "backendActiveDeadline": "20s",
+            }
+        ],
+    )
+    b["spec"]["recurrence"] = {"interval": "60s"}
+    for body in (a, b):
+        body["spec"]["evidenceReserve"] = "30s"
+        await world.add_profile(body)
+    return [a["metadata"]["name"], b["metadata"]["name"]]
+
+
+async def _install_template(admin: KubeClient, namespace: str) -> None:
+    template = yaml.safe_load((REPO / "deploy" / "base" / "adapter-workflowtemplate.yaml").read_text())
+    template["metadata"]["namespace"] = namespace
+    path = resource_path("argoproj.io/v1alpha1", "workflowtemplates", namespace, template["metadata"]["name"])
+    await admin.apply(path, template)
+
+
+async def _nodes(admin: KubeClient, names: list[str]) -> list[Obj]:
+    return [await admin.get(resource_path("v1", "nodes", name=n)) for n in names]
+
+
+async def _request_wave(
+    world: World, recorder: Recorder, rng: random.Random, names: list[str], profiles: list[str]
+) -> None:
+    free = [
+        n["metadata"]["name"]
+        for n in await _nodes(world.admin, names)
+        if not {keys.RESERVED_BY_LABEL, keys.CERTIFY_LABEL} & set(n["metadata"].get("labels") or {})
+    ]
+    profile = rng.choice(profiles)
+    for name in rng.sample(free, min(len(free), 4)):
+        patch = {"metadata": {"labels": {keys.CERTIFY_LABEL: profile}}}
+        answer = await world.admin.merge_patch(resource_path("v1", "nodes", name=name), patch)
+        recorder.operator("request", answer, nodes=[name], profile=profile)
+
+
+async def _quiesce(world: World, recorder: Recorder, names: list[str], deadline: float) -> None:
+    """Release held groups until every Run has ended, nothing waits, and no group is held."""
+    runs_path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, world.namespace)
+    while time.monotonic() < deadline:
+        runs = (await world.admin.get(runs_path))["items"]
+        nodes = await _nodes(world.admin, names)
+        live = [r for r in runs if (r.get("status") or {}).get("phase") not in TERMINAL]
+        waiting = [n for n in nodes if keys.CERTIFY_LABEL in (n["metadata"].get("labels") or {})]
+        held = [
+            r
+            for r in runs
+            if (r.get("status") or {}).get("phase") in TERMINAL
+            and not r["spec"].get("release")
+            and r["status"].get("phase") != "Succeeded"
+        ]
+        if not live and not waiting:
+            return
+        if not live and waiting:
+            for run in held:  # waiting Nodes may be behind a held group: the operator releases it
+                path = f"{runs_path}/{run['metadata']['name']}"
+                recorder.operator(
+                    "release",
+                    await world.admin.merge_patch(path, {"spec": {"release": True}}),
+                    run=run["metadata"]["name"],
+                )
+        await asyncio.sleep(1.0)
+
+
+async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report:
+    report = Report(seed)
+    began = time.monotonic()
+    rng = random.Random(seed)
+    cluster = LocalCluster(
+        plane=ControlPlane(workdir=workdir / "cluster"), heartbeat_seconds=5.0, workflow_instance_id=f"chaos-{seed}"
+    )
+    await cluster.start()
+    replicas: list[ControllerProcess] = []
+    recorder: Recorder | None = None
+    try:
+        admin = cluster.admin
+        namespace = f"chaos-{seed}"
+        await cluster.create_namespace(namespace)
+        world = World(cluster, admin, namespace)
+        await world.setup(scripts=SCRIPTS)
+        await install_rbac(admin, namespace, "adapter-rbac.yaml")
+        await _install_template(admin, namespace)
+        names = world.node_names(24)
+        zones = {name: ZONES[i % 3] for i, name in enumerate(names)}
+        await cluster.add_nodes([SimNode(n, zone=zones[n], labels={"pool": "gpu"}) for n in names])
+        recorder = Recorder(admin, workdir / "history.jsonl", sources(namespace, f"{namespace}-n"))
+        await recorder.start()
+        profiles = await _profiles(world)
+        for identity in ("r0", "r1"):
+            replica = ControllerProcess(
+                cluster,
+                namespace,
+                workdir,
+                resync=2.0,
+                identity=identity,
+                workflow_instance_id=cluster.workflow_instance_id,
+            )
+            await replica.start()
+            replicas.append(replica)
+        injector = Injector(cluster, admin, namespace, replicas, recorder, rng, names, zones, profiles)
+        plan = schedule(seed, faults, span)
+        waves = [span * i / 6 for i in range(6)]
+        start = time.monotonic()
+        for planned in plan:
+            while waves and waves[0] <= planned.at:
+                await asyncio.sleep(max(0.0, start + waves.pop(0) - time.monotonic()))
+                await _request_wave(world, recorder, rng, names, profiles)
+            await asyncio.sleep(max(0.0, start + planned.at - time.monotonic()))
+            await injector.inject(planned.kind)
+        await injector.settle()
+        # Quiet phase: no more faults, no more recurrence; the system must finish what it started.
+        await admin.merge_patch(
+            resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profiles[1]), {"spec": {"recurrence": None}}
+        )
+        faults_end = recorder.now()
+        recorder.fault("faults-end")
+        await _quiesce(world, recorder, names, time.monotonic() + 400)
+        report.faults.update(injector.injected)
+        report.skipped.update(injector.skipped)
+        runs = (await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)))["items"]
+        report.runs.update((r.get("status") or {}).get("phase", "Pending") for r in runs)
+    finally:
+        if recorder is not None:
+            await recorder.stop()
+        for replica in replicas:
+            replica.stop()
+        await cluster.stop()
+    assert recorder is not None
+    report.records, report.relists = len(recorder.records), recorder.relists
+    rules = Rules(max_nodes_per_domain=BUDGET["maxNodesUnderTest"], faults_end_at=faults_end, end_margin_s=120.0)
+    report.violations, report.evaluations = check(recorder.records, rules)
+    report.wall = time.monotonic() - began
+    return report
+
+
+def _seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        out += list(range(int(low), int(high or low) + 1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.campaign", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", default="1", help="seeds, e.g. 1-10 or 3,7")
+    parser.add_argument("--faults", type=int, default=50, help="faults per seed")
+    parser.add_argument("--span", type=float, default=180.0, help="seconds over which each seed's faults are spread")
+    parser.add_argument("--keep", action="store_true", help="keep each seed's work directory (history.jsonl, logs)")
+    args = parser.parse_args(argv)
+    reports = []
+    for seed in _seeds(args.seeds):
+        workdir = Path(tempfile.mkdtemp(prefix=f"signal-chaos-{seed}-"))
+        print(f"seed {seed}: {args.faults} faults over {args.span:.0f}s; work dir {workdir}", flush=True)
+        report = asyncio.run(run_seed(seed, args.faults, args.span, workdir))
+        print("\n".join(report.lines()), flush=True)
+        reports.append(report)
+        if not args.keep and not report.violations:
+            shutil.rmtree(workdir, ignore_errors=True)
+    total = sum(sum(r.faults.values()) for r in reports)
+    bad = sum(len(r.violations) for r in reports)
+    print(f"campaign: {len(reports)} seeds, {total} faults injected, {bad} violations")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""The short fault campaign (issue 14): one seed, about 50 faults of every kind, on a local
+cluster of its own with real Argo and two controller replicas; the history must show no
+violated invariant at any point. The long campaign is ``python -m tests.chaos.campaign
+--seeds 1-10`` (README)."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.campaign import run_seed
+from tests.chaos.faults import KINDS
+
+SEED = 1
+FAULTS = 52
+
+
+@pytest.mark.timeout(1500)
+async def test_short_campaign_violates_no_invariant(tmp_path: Path) -> None:
+    report = await run_seed(SEED, FAULTS, 180.0, tmp_path)
+    print("\n".join(report.lines()))
+    assert not report.violations, "\n".join(report.lines())
+    injected = sum(report.faults.values())
+    assert injected >= 40, report.lines()
+    assert len(report.faults) >= len(KINDS) - 3, f"kinds injected: {sorted(report.faults)}"
+    assert sum(report.runs.values()) >= 6, report.runs
+    assert report.evaluations > 0
