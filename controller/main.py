@@ -20,6 +20,7 @@ async def serve(args: argparse.Namespace) -> int:
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller")
     # The Lease has a connection of its own: renewals never queue behind reconcile traffic.
     lease_kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller", timeout=5.0)
+    lease_kube.crash_points = False
     ctx = Context(
         kube,
         args.namespace,
@@ -32,11 +33,28 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     elector = LeaderElector(lease_kube, args.namespace, args.identity)
-    leadership = elector.leadership
-    kube.write_guard = leadership.guard
+    kube.write_guard = elector.leadership.guard
     probes = Probes()
-    probes.leading = lambda: leadership.may_write(leadership.clock())
+    probes.leading = lambda: elector.leadership.may_write(elector.leadership.clock())
     await probes.start(args.metrics_port)
+    try:
+        return await lead(ctx, elector, probes, stop, resync=args.resync)
+    except NotLeader as exc:
+        log.error("stopping: fenced out by another controller", error=str(exc))
+        return 1
+    except LedgerError as exc:
+        log.error("stopping: the admission ledger is malformed; inspect it before restarting", error=str(exc))
+        return 2
+    finally:
+        await probes.stop()
+        await ctx.stop_caches()
+        await kube.close()
+        await lease_kube.close()
+
+
+async def lead(ctx: Context, elector: LeaderElector, probes: Probes, stop: asyncio.Event, *, resync: float) -> int:
+    """Wait for leadership, then reconcile while the Lease is renewed: when the renewal task
+    ends, for any reason, reconciling stops at once (the write guard already refuses)."""
     keeper: asyncio.Task[None] | None = None
     work: asyncio.Task[None] | None = None
     try:
@@ -48,34 +66,29 @@ async def serve(args: argparse.Namespace) -> int:
         keeper = asyncio.create_task(elector.keep(), name="lease renewal")
         ctx.start_caches()
         probes.informers = {"nodes": ctx.nodes, "profiles": ctx.profiles, "runs": ctx.runs, "workflows": ctx.workflows}
-        await ctx.wait_synced()
+        synced = asyncio.create_task(ctx.wait_synced())
+        await asyncio.wait({synced, keeper}, return_when=asyncio.FIRST_COMPLETED)
+        if not synced.done():
+            synced.cancel()
+            log.error("stopping: leadership lost before the caches synced", reason=elector.leadership.reason)
+            return 1
         log.info("caches synced", nodes=len(ctx.nodes.items), runs=len(ctx.runs.items))
-        work = asyncio.create_task(run_loop(ctx, stop, resync=args.resync), name="reconcile")
+        work = asyncio.create_task(run_loop(ctx, stop, resync=resync), name="reconcile")
         await asyncio.wait({work, keeper}, return_when=asyncio.FIRST_COMPLETED)
         if not work.done():
-            # The renewal task ended (refused, deadline passed, or died): writes are already
-            # refused by the guard; stop reconciling at once.
             failure = keeper.exception() if not keeper.cancelled() else None
-            log.error("stopping: leadership lost", reason=leadership.reason, error=str(failure) if failure else None)
+            log.error(
+                "stopping: leadership lost", reason=elector.leadership.reason, error=str(failure) if failure else None
+            )
             return 1
         await work
         return 0
-    except NotLeader as exc:
-        log.error("stopping: fenced out by another controller", error=str(exc))
-        return 1
-    except LedgerError as exc:
-        log.error("stopping: the admission ledger is malformed; inspect it before restarting", error=str(exc))
-        return 2
     finally:
         for task in (work, keeper):
             if task is not None and not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        await probes.stop()
-        await ctx.stop_caches()
-        await kube.close()
-        await lease_kube.close()
 
 
 def main(argv: list[str] | None = None) -> int:
