@@ -3,10 +3,12 @@
 Run by the process kubelet (localcluster/podprocess.py) as
 ``python -I -S localcluster/mountns.py <spec json> <argv...>``, standard library only so that
 it starts fast: spec = {"root": empty host directory, "cwd": path in the container, "mounts":
-[{"source", "target", "readOnly", "file"}]}. It unshares the mount namespace, builds a private
-root in which the host's directories are visible and each volume is bind-mounted at its real
-path (creating missing mount points inside the namespace only), chroots there and execs argv.
-Local test infrastructure; needs root.
+[{"source", "target", "readOnly", "file"}], "keep": [host paths]}. It unshares the mount
+namespace, builds a private root in which the host's directories are visible and each volume is
+bind-mounted at its real path (creating missing mount points inside the namespace only), binds
+again each ``keep`` path that a volume covers (the checkout, the virtual environment and the
+images' binaries must stay where they are even when they live under ``/tmp``, which the
+container gets privately), chroots there and execs argv. Local test infrastructure; needs root.
 """
 
 import ctypes
@@ -79,6 +81,12 @@ def main() -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE, "make / private")
     # Opened before anything is covered (and inside the new namespace, as bind mounts require).
     sources = [os.open(m["source"], os.O_PATH | os.O_CLOEXEC) for m in mounts]
+    targets = [os.path.normpath(m["target"]) for m in mounts]
+    keep = [
+        (path, os.open(path, os.O_PATH | os.O_CLOEXEC))
+        for path in (os.path.normpath(k) for k in spec.get("keep") or [])
+        if os.path.isdir(path) and any(path.startswith(t.rstrip("/") + "/") for t in targets)
+    ]
     # Directories of the host that must gain a mount point are shadowed by a tmpfs copy.
     shadowed: set[str] = set()
     plan: list[str] = []
@@ -109,6 +117,12 @@ def main() -> None:
         mount(f"/proc/self/fd/{fd}", inside, None, MS_BIND | MS_REC, f"bind {m['source']} at {m['target']}")
         if m.get("readOnly"):
             mount(None, inside, None, MS_BIND | MS_REMOUNT | MS_RDONLY, f"read-only {m['target']}")
+        os.close(fd)
+    for path, fd in sorted(keep, key=lambda k: len(k[0])):
+        inside = root + path
+        os.makedirs(inside, exist_ok=True)
+        holds_root = (root + "/").startswith(path + "/")
+        mount(f"/proc/self/fd/{fd}", inside, None, MS_BIND | (0 if holds_root else MS_REC), f"keep {path}")
         os.close(fd)
     os.chroot(root)
     os.chdir(spec["cwd"])

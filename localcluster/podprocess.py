@@ -56,6 +56,7 @@ DEFAULT_TERMINATION_PATH = "/dev/termination-log"
 # The helper that enters a private mount namespace, run with the standard library only (so it
 # starts fast): ``python -I -S localcluster/mountns.py <spec json> <argv...>``.
 MOUNT_NAMESPACE_HELPER = Path(__file__).with_name("mountns.py")
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class PodSpecError(ValueError):
@@ -72,12 +73,14 @@ class ProcessSpec:
     mounts: list[dict[str, Any]] | None = None
     """In a private mount namespace: what to bind where (None: paths are translated)."""
     root: Path | None = None
+    keep: list[str] | None = None
+    """In a private mount namespace: host paths that stay visible (see :func:`host_paths`)."""
 
     def launch_argv(self) -> list[str]:
         """The argv to start: the container's own, or the mount-namespace helper around it."""
         if self.mounts is None or self.root is None:
             return self.argv
-        spec = {"root": str(self.root), "cwd": str(self.cwd), "mounts": self.mounts}
+        spec = {"root": str(self.root), "cwd": str(self.cwd), "mounts": self.mounts, "keep": self.keep}
         return [sys.executable, "-I", "-S", str(MOUNT_NAMESPACE_HELPER), json.dumps(spec), *self.argv]
 
     @property
@@ -276,7 +279,17 @@ def _isolated(
     ]
     spec.root = pod_dir / f"root-{name}"
     spec.root.mkdir(exist_ok=True)
+    spec.keep = host_paths()
     return spec
+
+
+def host_paths() -> list[str]:
+    """Host paths a container in a private mount namespace must still see where they are, even
+    under a path it gets privately (``/tmp``): the checkout (the project's packages), the Python
+    environment and every registered image's binaries (e.g. Argo's build)."""
+    paths = {str(REPO_ROOT), sys.prefix, str(Path(sys.executable).parent)}
+    paths.update(d for dirs in IMAGE_PATH_DIRS.values() for d in dirs)
+    return sorted(paths | {os.path.realpath(p) for p in paths})
 
 
 def process_spec(

@@ -109,6 +109,8 @@ async def run_demo(nodes: int, workdir: Path | None, exit_after: float | None, t
     binary = kplane_binary(show_progress=True)
     plane = ControlPlane(workdir=workdir, keep_workdir=True, binary=binary) if workdir else ControlPlane(binary=binary)
     cluster = LocalCluster(plane=plane)
+    kept = "kept" if plane.keep_workdir else "removed at exit; --workdir DIR keeps it"
+    _say(f"work directory: {plane.workdir} ({kept})")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
