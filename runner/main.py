@@ -125,19 +125,24 @@ def cmd_launcher(args: argparse.Namespace) -> int:
     ]
     # mpirun is the runner's own tool, not the operator's script: it gets the container's
     # environment (ssh or its stand-in may need it); each rank cleans it for the script.
-    env = {**os.environ, "SIGNAL_WORKDIR": str(workdir)}
+    # It also carries this check's rank-report key, which mpirun forwards to the rank wrappers
+    # only (runner/mpi.py): no script ever sees it.
+    key = mpi.new_report_key()
+    env = {**os.environ, "SIGNAL_WORKDIR": str(workdir), mpi.REPORT_KEY_ENV: key}
     outcome = run_script(
-        mpi.mpirun_argv(args.hostfile, len(hosts), rank_command),
+        mpi.mpirun_argv(args.hostfile, len(hosts), rank_command, args.slots),
         env,
         workdir,
         workdir / "stdout",
         workdir / "stderr",
         float(args.deadline_seconds),
     )
-    lines = (workdir / "stdout").read_text(encoding="utf-8", errors="replace").splitlines()
-    verdict, reason, report = mpi.evaluate_launcher(hosts, lines, outcome.exit_code, outcome.timed_out)
+    # Only reports signed with this check's key, each on its own rank's tagged stream, read
+    # as a bounded stream (never the whole output at once).
+    reports = mpi.stream_reports(workdir / "stdout", key)
+    verdict, reason, report = mpi.evaluate_launcher(hosts, reports, outcome.exit_code, outcome.timed_out, args.slots)
     # Rank 0's measurements are the check's; an invalid report makes the result Inconclusive.
-    rank_zero = mpi.rank_zero_measurements(lines)
+    rank_zero = mpi.rank_zero_measurements(reports)
     (workdir / "measurements.json").unlink(missing_ok=True)
     if rank_zero is not None:
         (workdir / "measurements.json").write_text(rank_zero)
@@ -154,7 +159,15 @@ def cmd_launcher(args: argparse.Namespace) -> int:
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
+    # First: take the report key out of reach of the script (environment and /proc).
+    key = mpi.take_report_key(os.environ)
+    mpi.make_undumpable()
     rank, size, host = mpi.rank_identity(dict(os.environ))
+    if not key:
+        print(
+            f"signal-runner rank: {mpi.REPORT_KEY_ENV} is missing; start ranks with the launcher role", file=sys.stderr
+        )
+        return 2
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"signal-rank-{rank}-{os.getpid()}"
     workdir.mkdir(parents=True, exist_ok=True)
     measurements = workdir / "measurements.json"
@@ -184,7 +197,9 @@ def cmd_rank(args: argparse.Namespace) -> int:
         except ResultError as exc:
             reported = f"invalid: {exc}"
     sys.stdout.flush()
-    print(mpi.rank_line(rank, size, host, code, reported), flush=True)
+    # A fresh line first: a fragment the script left without a newline cannot swallow the
+    # report; one write, so that mpirun forwards it in as few chunks as it can.
+    os.write(sys.stdout.fileno(), ("\n" + mpi.rank_line(rank, size, host, code, reported, key=key) + "\n").encode())
     return code
 
 
@@ -204,6 +219,7 @@ def parser() -> argparse.ArgumentParser:
         sub.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
         if name == "launcher":
             sub.add_argument("--hostfile", type=Path, default=Path("/etc/mpi/hostfile"))
+            sub.add_argument("--slots", type=int, choices=range(1, 9), default=1, help="ranks per host")
         sub.set_defaults(handler=handler)
     rank = roles.add_parser("rank")
     rank.add_argument("--script", type=Path, required=True)

@@ -2,6 +2,7 @@
 ``run`` and ``rank`` roles of ``signal-runner`` end to end in a temporary directory."""
 
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -528,6 +529,17 @@ def test_runner_parser_requires_role_and_script() -> None:
 
 # ---------------------------------------------------------------- signal-runner rank
 
+RANK_KEY = "r" * 64
+
+
+def keyed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The key the launcher would forward; the wrapper's prctl is recorded, not applied to the
+    test process."""
+    monkeypatch.setenv(mpi.REPORT_KEY_ENV, RANK_KEY)
+    called: list[bool] = []
+    monkeypatch.setattr(mpi, "make_undumpable", lambda: called.append(True))
+    return called
+
 
 @pytest.mark.parametrize(("body", "expected"), [("exit 0", 0), ("exit 5", 5), ("kill -KILL $$", 128 + 9)])
 def test_rank_role_reports_one_line(
@@ -539,13 +551,19 @@ def test_rank_role_reports_one_line(
     monkeypatch.setenv("HOSTNAME", "job-worker-1")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.delenv("SIGNAL_SCRIPT", raising=False)
+    undumpable = keyed(monkeypatch)
     code = runner_main.main(["rank", "--script", str(path), "--deadline-seconds", "10"])
     assert code == expected
+    assert mpi.REPORT_KEY_ENV not in os.environ
+    assert undumpable == [True]
     lines = capfd.readouterr().out.splitlines()
     assert "rank-output" in lines
-    assert lines[-1] == mpi.rank_line(1, 2, "job-worker-1", expected)
+    assert lines[-2:] == ["", mpi.rank_line(1, 2, "job-worker-1", expected, key=RANK_KEY)]
+    tagged = [f"[1,1]<stdout>:{ln}" for ln in lines] + [
+        "[1,0]<stdout>:" + mpi.rank_line(0, 2, "job-worker-0", 0, key=RANK_KEY)
+    ]
     verdict, _, report = mpi.evaluate_launcher(
-        ["job-worker-0", "job-worker-1"], [*lines, mpi.rank_line(0, 2, "job-worker-0", 0)], 0, False
+        ["job-worker-0", "job-worker-1"], mpi.reports_in(tagged, RANK_KEY), 0, False
     )
     assert verdict == (Verdict.PASS if expected == 0 else Verdict.FAIL)
     assert [r.exit_code for r in report.ranks] == [0, expected]
@@ -560,9 +578,10 @@ def test_rank_role_prefers_signal_script(
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
     monkeypatch.setenv("HOSTNAME", "h0")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    keyed(monkeypatch)
     code = runner_main.main(["rank", "--script", str(tmp_path / "absent.sh"), "--deadline-seconds", "10"])
     assert code == 6
-    assert capfd.readouterr().out.splitlines()[-1] == mpi.rank_line(0, 1, "h0", 6)
+    assert capfd.readouterr().out.splitlines()[-1] == mpi.rank_line(0, 1, "h0", 6, key=RANK_KEY)
 
 
 def test_rank_role_unstartable_script_reports_127(
@@ -573,6 +592,21 @@ def test_rank_role_unstartable_script_reports_127(
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
     monkeypatch.setenv("HOSTNAME", "h0")
     monkeypatch.setenv("TMPDIR", str(tmp_path))
+    keyed(monkeypatch)
     code = runner_main.main(["rank", "--script", str(tmp_path / "absent.sh"), "--deadline-seconds", "10"])
     assert code == 127
-    assert capfd.readouterr().out.splitlines()[-1] == mpi.rank_line(0, 1, "h0", 127)
+    assert capfd.readouterr().out.splitlines()[-1] == mpi.rank_line(0, 1, "h0", 127, key=RANK_KEY)
+
+
+def test_rank_role_without_a_report_key_reports_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A rank not started by the launcher role has no key: it runs nothing and reports nothing."""
+    path = script(tmp_path, "#!/bin/sh\necho ran\n")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
+    monkeypatch.delenv(mpi.REPORT_KEY_ENV, raising=False)
+    assert runner_main.main(["rank", "--script", str(path), "--deadline-seconds", "10"]) == 2
+    captured = capfd.readouterr()
+    assert captured.out == ""
+    assert f"{mpi.REPORT_KEY_ENV} is missing" in captured.err

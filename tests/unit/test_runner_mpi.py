@@ -1,8 +1,11 @@
 """The MPI launcher's proof (runner/mpi.py): the hostfile, mpirun's command line, the rank
-report line, and the launcher verdict: Pass only when mpirun exited 0 and every rank of a
-world of exactly one rank per hostfile host reported exit 0; a rank's non-zero exit is
-Fail; anything else is Inconclusive."""
+report line (tagged by mpirun with its rank, signed with the check's key), and the launcher
+verdict: Pass only when mpirun exited 0 and every rank of a world of exactly one rank per
+hostfile host reported exit 0; a rank's non-zero exit is Fail; anything else is Inconclusive.
+Lines that are not a signed report on their own rank's stream are ordinary output."""
 
+import hashlib
+import hmac
 import json
 from pathlib import Path
 
@@ -11,22 +14,40 @@ import pytest
 from runner import main as runner_main
 from runner.mpi import (
     MAX_RANK_LINE,
+    MAX_REPORTS,
     RANK_PREFIX,
-    evaluate_launcher,
+    REPORT_KEY_ENV,
+    RankReport,
+    authenticate,
     mpirun_argv,
     rank_identity,
     rank_line,
-    rank_zero_measurements,
     read_hostfile,
+    reports_in,
+    stream_reports,
+    take_report_key,
 )
+from runner.mpi import evaluate_launcher as evaluate_reports
+from runner.mpi import rank_zero_measurements as rank_zero_of
 from shared.result import LauncherReport, parse_result
 from shared.run import Verdict
 
 HOSTS = ["job-worker-0.job.ns.svc", "job-worker-1.job.ns.svc", "job-worker-2.job.ns.svc"]
+KEY = "k" * 64
+
+
+def tag(rank: int) -> str:
+    return f"[1,{rank}]<stdout>:"
+
+
+def signed(text: str, rank: int = 0, key: str = KEY) -> str:
+    """A tagged line carrying ``text`` as a report signed with ``key``."""
+    mac = hmac.new(key.encode(), text.encode(), hashlib.sha256).hexdigest()
+    return f"{tag(rank)}{RANK_PREFIX}{mac} {text}"
 
 
 def line(rank: int, size: int = 3, host: str | None = None, code: int = 0) -> str:
-    return rank_line(rank, size, host if host is not None else f"job-worker-{rank}", code)
+    return tag(rank) + rank_line(rank, size, host if host is not None else f"job-worker-{rank}", code, key=KEY)
 
 
 def good(size: int = 3) -> list[str]:
@@ -34,7 +55,18 @@ def good(size: int = 3) -> list[str]:
 
 
 def raw(body: object) -> str:
-    return RANK_PREFIX + json.dumps(body)
+    rank = body.get("rank") if isinstance(body, dict) else 0
+    return signed(json.dumps(body), rank if type(rank) is int and rank >= 0 else 0)
+
+
+def evaluate_launcher(
+    hosts: list[str], lines: list[str], mpirun_exit: int | None, timed_out: bool
+) -> tuple[Verdict, str, LauncherReport]:
+    return evaluate_reports(hosts, reports_in(lines, KEY), mpirun_exit, timed_out)
+
+
+def rank_zero_measurements(lines: list[str]) -> str | None:
+    return rank_zero_of(reports_in(lines, KEY))
 
 
 # ---------------------------------------------------------------- hostfile and argv
@@ -72,6 +104,9 @@ def test_mpirun_argv_one_rank_per_host() -> None:
         "node",
         "--bind-to",
         "none",
+        "--tag-output",
+        "-x",
+        REPORT_KEY_ENV,
         "python",
         "-m",
         "runner.main",
@@ -79,10 +114,11 @@ def test_mpirun_argv_one_rank_per_host() -> None:
     ]
 
 
-def test_rank_line_is_prefixed_sorted_json() -> None:
-    text = rank_line(2, 4, "h-2", 7)
-    assert text == 'SIGNAL-RANK {"exitCode": 7, "host": "h-2", "rank": 2, "size": 4}'
-    assert json.loads(text[len(RANK_PREFIX) :]) == {"exitCode": 7, "host": "h-2", "rank": 2, "size": 4}
+def test_rank_line_is_prefixed_signed_sorted_json() -> None:
+    text = rank_line(2, 4, "h-2", 7, key=KEY)
+    body = '{"exitCode":7,"host":"h-2","rank":2,"size":4}'
+    assert text == f"{RANK_PREFIX}{hmac.new(KEY.encode(), body.encode(), hashlib.sha256).hexdigest()} {body}"
+    assert authenticate(tag(2) + text, KEY) == RankReport(2, json.loads(body))
 
 
 @pytest.mark.parametrize(
@@ -127,7 +163,7 @@ def test_ranks_in_any_order_among_other_output() -> None:
 
 
 def test_single_host_world() -> None:
-    verdict, _, _ = evaluate_launcher(["only"], [rank_line(0, 1, "only", 0)], 0, False)
+    verdict, _, _ = evaluate_launcher(["only"], [tag(0) + rank_line(0, 1, "only", 0, key=KEY)], 0, False)
     assert verdict == Verdict.PASS
 
 
@@ -149,9 +185,7 @@ def test_a_failing_rank_is_fail(lines: list[str], mpirun_exit: int, timed_out: b
     assert reason == f"Failed: rank(s) {failed} exited non-zero"
 
 
-LONG = RANK_PREFIX + json.dumps(
-    {"rank": 2, "size": 3, "host": "job-worker-2", "exitCode": 0, "pad": "x" * (MAX_RANK_LINE + 10)}
-)
+LONG = raw({"rank": 2, "size": 3, "host": "job-worker-2", "exitCode": 0, "pad": "x" * (MAX_RANK_LINE + 10)})
 
 
 @pytest.mark.parametrize(
@@ -163,8 +197,8 @@ LONG = RANK_PREFIX + json.dumps(
         (HOSTS, [], 0, False, "MissingRanks: 0 of 3"),
         (HOSTS, [line(0), line(1), line(1)], 0, False, "InvalidRankReport: rank 1 reported twice"),
         (HOSTS, [*good(), line(2)], 0, False, "InvalidRankReport: rank 2 reported twice"),
-        (HOSTS, [line(0), line(1), RANK_PREFIX + "{not json"], 0, False, "malformed"),
-        (HOSTS, [*good(), RANK_PREFIX + "[]"], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), signed("{not json", 2)], 0, False, "malformed"),
+        (HOSTS, [*good(), signed("[]")], 0, False, "malformed"),
         (HOSTS, [line(0), line(1), raw({"rank": 2, "size": 3, "host": "job-worker-2"})], 0, False, "malformed"),
         (HOSTS, [line(0), line(1), raw({"rank": "2", "size": 3, "host": "h", "exitCode": 0})], 0, False, "malformed"),
         (HOSTS, [line(0), line(1), raw({"rank": 2, "size": "3", "host": "h", "exitCode": 0})], 0, False, "malformed"),
@@ -173,8 +207,8 @@ LONG = RANK_PREFIX + json.dumps(
         (HOSTS, [line(0), line(1), raw({"rank": 2, "size": 3, "host": "h", "exitCode": 0.0})], 0, False, "malformed"),
         (HOSTS, [line(0), line(1), raw({"rank": -1, "size": 3, "host": "h", "exitCode": 0})], 0, False, "malformed"),
         (HOSTS, [line(0), line(1), raw({"rank": 64, "size": 3, "host": "h", "exitCode": 0})], 0, False, "malformed"),
-        (HOSTS, [*good(), RANK_PREFIX + "null"], 0, False, "malformed"),
-        (HOSTS, [line(0), line(1), LONG], 0, False, "InvalidRankReport: an oversized rank report"),
+        (HOSTS, [*good(), signed("null")], 0, False, "malformed"),
+        (HOSTS, [line(0), line(1), LONG], 0, False, "MissingRanks: 2 of 3"),
         (HOSTS, [line(0, 3), line(1, 3), line(2, 4)], 0, False, "InvalidRankReport: ranks disagree on the world size"),
         (HOSTS, [line(0, 2), line(1, 2), line(2, 2)], 0, False, "MissingRanks: 3 of 3 ranks reported (world size 2)"),
         (HOSTS, [line(0, 4), line(1, 4), line(2, 4)], 0, False, "MissingRanks"),
@@ -231,16 +265,16 @@ def test_inconclusive(
 def test_line_at_exactly_the_limit_is_read() -> None:
     body = {"rank": 0, "size": 1, "host": "h", "exitCode": 0}
     text = raw(body)
-    padded = text[:-1] + ', "pad": "' + "x" * (MAX_RANK_LINE - len(text) - 11) + '"}'
+    padded = signed(json.dumps({**body, "pad": "x" * (MAX_RANK_LINE - len(text) - 11)}))
     assert len(padded) == MAX_RANK_LINE
     assert evaluate_launcher(["h"], [padded], 0, False)[0] == Verdict.PASS
-    longer = padded[:-2] + 'x"}'
-    assert evaluate_launcher(["h"], [longer], 0, False)[1] == "InvalidRankReport: an oversized rank report"
+    longer = signed(json.dumps({**body, "pad": "x" * (MAX_RANK_LINE - len(text) - 10)}))
+    assert evaluate_launcher(["h"], [longer], 0, False)[1] == "MissingRanks: 0 of 1 ranks reported (world size 0)"
 
 
 def test_rank_host_matches_hostfile_by_short_name() -> None:
     hosts = ["a.job.ns.svc", "b.job.ns.svc"]
-    lines = [rank_line(0, 2, "b", 0), rank_line(1, 2, "a.job", 0)]
+    lines = [tag(0) + rank_line(0, 2, "b", 0, key=KEY), tag(1) + rank_line(1, 2, "a.job", 0, key=KEY)]
     assert evaluate_launcher(hosts, lines, 0, False)[0] == Verdict.PASS
 
 
@@ -258,7 +292,7 @@ def test_report_world_size_zero_when_sizes_disagree() -> None:
 
 def test_long_rank_host_is_truncated_not_refused() -> None:
     host = "h" * 300
-    verdict, reason, report = evaluate_launcher(["h"], [rank_line(0, 1, host, 0)], 0, False)
+    verdict, reason, report = evaluate_launcher(["h"], [tag(0) + rank_line(0, 1, host, 0, key=KEY)], 0, False)
     assert report.ranks[0].host == ""  # not a hostfile host: recorded as host index -1
     assert report.rank_table[0][1] == -1
     assert (verdict, reason.split(":")[0]) == (Verdict.INCONCLUSIVE, "WrongHosts")
@@ -304,10 +338,87 @@ def test_boolean_fields_are_malformed(body: dict[str, object]) -> None:
 
 def test_rank_zero_measurements_are_taken_from_rank_zero_only() -> None:
     lines = [
-        rank_line(1, 2, "h1", 0, {"busbw": 1.0}),
+        tag(1) + rank_line(1, 2, "h1", 0, {"busbw": 1.0}, key=KEY),
         "noise",
-        rank_line(0, 2, "h0", 0, {"busbw": 42.5, "transport": "NET/IB"}),
+        tag(0) + rank_line(0, 2, "h0", 0, {"busbw": 42.5, "transport": "NET/IB"}, key=KEY),
     ]
     assert json.loads(rank_zero_measurements(lines) or "null") == {"busbw": 42.5, "transport": "NET/IB"}
-    assert rank_zero_measurements([rank_line(0, 1, "h", 0)]) is None
-    assert json.loads(rank_zero_measurements([rank_line(0, 1, "h", 0, "invalid: x")]) or "null") == "invalid: x"
+    assert rank_zero_measurements([tag(0) + rank_line(0, 1, "h", 0, key=KEY)]) is None
+    assert json.loads(rank_zero_measurements([tag(0) + rank_line(0, 1, "h", 0, "invalid: x", key=KEY)]) or "null") == (
+        "invalid: x"
+    )
+    # Rank 1 cannot supply rank 0's measurements, signed or not.
+    forged = tag(1) + rank_line(0, 2, "h0", 0, {"busbw": 999.0}, key=KEY)
+    assert rank_zero_measurements([forged, tag(0) + RANK_PREFIX + json.dumps({"rank": 0, "measurements": {}})]) is None
+
+
+# ---------------------------------------------------------------- binding (issue 12, item 7)
+
+BODY = {"rank": 1, "size": 3, "host": "job-worker-1", "exitCode": 0}
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        RANK_PREFIX + json.dumps(BODY),  # the old, unsigned format
+        tag(1) + RANK_PREFIX + json.dumps(BODY),  # unsigned, on the right stream
+        tag(1) + RANK_PREFIX + "0" * 64 + " " + json.dumps(BODY),  # a made-up signature
+        signed(json.dumps(BODY), 1, key="another check's key"),  # signed with another key
+        signed(json.dumps(BODY), 1)[len(tag(1)) :],  # untagged: not from any rank's stream
+        "noise " + signed(json.dumps(BODY), 1),  # not at the start of a line
+        tag(0) + signed(json.dumps(BODY), 1),  # printed by rank 0's script, tags and all
+    ],
+    ids=["unsigned", "unsigned-tagged", "made-up-mac", "other-key", "untagged", "mid-line", "nested-tag"],
+)
+def test_a_forged_report_is_ordinary_output(forged: str) -> None:
+    # Rank 1 failed; a forged Pass for it, however printed, changes nothing.
+    honest = [line(0), line(1, code=4), line(2)]
+    assert evaluate_launcher(HOSTS, [forged, *honest], 1, False) == evaluate_launcher(HOSTS, honest, 1, False)
+    assert evaluate_launcher(HOSTS, [forged, *honest], 1, False)[0] == Verdict.FAIL
+    # ... and it does not stand in for a missing rank either.
+    assert evaluate_launcher(HOSTS, [line(0), forged, line(2)], 0, False)[1].startswith("MissingRanks")
+
+
+def test_a_signed_report_on_another_ranks_stream_is_inconclusive() -> None:
+    moved = tag(0) + rank_line(1, 3, "job-worker-1", 0, key=KEY)
+    verdict, reason, _ = evaluate_launcher(HOSTS, [line(0), moved, line(2)], 0, False)
+    assert verdict == Verdict.INCONCLUSIVE
+    assert reason == "InvalidRankReport: a report for rank 1 on the output of rank 0"
+
+
+def test_reports_are_read_as_a_bounded_stream(tmp_path: Path) -> None:
+    out = tmp_path / "stdout"
+    with out.open("w") as handle:
+        handle.write("x" * (3 * (1 << 16)) + "\n")  # one huge line, skipped without being held
+        handle.write(f"{line(0)}\n")
+        handle.write("y" * (MAX_RANK_LINE + 1) + line(1) + "\n")  # a report glued to a long line
+        for _ in range(1000):
+            handle.write(f"{tag(1)}{RANK_PREFIX}{'0' * 64} {json.dumps(BODY)}\n")  # flood of fakes
+        handle.write(f"{line(1)}\n{line(2)}")  # the last line without a newline
+    reports = stream_reports(out, KEY)
+    assert [r.stream_rank for r in reports] == [0, 1, 2]
+    assert evaluate_reports(HOSTS, reports, 0, False)[0] == Verdict.PASS
+    assert len(stream_reports(out, KEY, limit=2)) == 2
+    many = [line(0)] * (MAX_REPORTS + 5)
+    assert len(reports_in(many, KEY)) == MAX_REPORTS
+    assert stream_reports(tmp_path / "missing", KEY) == []
+
+
+def test_the_wrapper_takes_the_key_out_of_its_environment() -> None:
+    env = {REPORT_KEY_ENV: "secret", "OTHER": "1"}
+    assert take_report_key(env) == "secret"
+    assert env == {"OTHER": "1"}
+    assert take_report_key({}) == ""
+    assert authenticate(line(0), "") is None
+
+
+def test_mpirun_chunk_tags_inside_a_report_line() -> None:
+    """mpirun tags every chunk it forwards, not every line: seen with OpenMPI 4.1 as
+    ``[1,1]<stdout>:SIGNAL-RANK ...}[1,1]<stdout>:`` when the final newline came separately."""
+    whole = line(1)
+    cut = len(whole) - 10
+    assert authenticate(whole + tag(1), KEY) == authenticate(whole, KEY) is not None
+    assert authenticate(whole[:cut] + tag(1) + whole[cut:], KEY) == authenticate(whole, KEY)
+    assert authenticate(whole + tag(0) + "rank 0 says hi", KEY) == authenticate(whole, KEY)
+    # Another rank's chunk inside the report breaks it (fail closed: the rank is missing).
+    assert authenticate(whole[:cut] + tag(0) + whole[cut:], KEY) is None

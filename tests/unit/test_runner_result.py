@@ -501,8 +501,11 @@ def launcher_result(participants: int) -> RunnerResult:
     adapter and the MPI operator name them."""
     job = mpijob_name(make_inputs(participants))
     hosts = [f"{job}-worker-{i}.{job}.signal-system.svc" for i in range(participants)]
-    lines = [mpi.rank_line(i, participants, f"{job}-worker-{i}", 0) for i in range(participants)]
-    verdict, reason, report = mpi.evaluate_launcher(hosts, lines, 0, False)
+    lines = [
+        f"[1,{i}]<stdout>:" + mpi.rank_line(i, participants, f"{job}-worker-{i}", 0, key="k")
+        for i in range(participants)
+    ]
+    verdict, reason, report = mpi.evaluate_launcher(hosts, mpi.reports_in(lines, "k"), 0, False)
     assert verdict == Verdict.PASS
     return make_result(
         verdict,
