@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the local control-plane multicall binary (etcd, kube-apiserver,
+# Builds the local control-plane multicall binary (etcd, kube-apiserver, kubelet, kube-proxy,
 # kube-controller-manager, kube-scheduler) from the upstream Go modules.
 # Cached: the binary is rebuilt only when go.mod, go.sum, main.go or the Go version change.
 # Prints the binary's path on stdout as its last line.

@@ -1,9 +1,12 @@
-// Command kplane is a multicall binary for the local control plane used by Project
-// Signal's tests, benchmarks and demo: the first argument picks the component, the rest
-// are that component's own flags. Each component runs as a separate process.
+// Command kplane is a multicall binary for the local cluster used by Project Signal's tests,
+// benchmarks and demo: the control plane (etcd, kube-apiserver, kube-controller-manager,
+// kube-scheduler), the real nodes' kubelet and kube-proxy, and kubectl. The first argument
+// picks the component, the rest are that component's own flags. Each component runs as a
+// separate process.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	_ "time/tzdata"
@@ -17,11 +20,13 @@ import (
 	kubectl "k8s.io/kubectl/pkg/cmd"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kplane etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubectl [flags]")
+	fmt.Fprintln(os.Stderr, "usage: kplane etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kube-proxy|kubectl [flags]")
 	os.Exit(2)
 }
 
@@ -44,6 +49,10 @@ func main() {
 		runCobra(controllermanager.NewControllerManagerCommand())
 	case "kube-scheduler":
 		runCobra(scheduler.NewSchedulerCommand())
+	case "kubelet":
+		runCobra(kubelet.NewKubeletCommand(context.Background()))
+	case "kube-proxy":
+		runCobra(proxy.NewProxyCommand())
 	case "kubectl":
 		// kubectl reads os.Args itself (plugins), so present it as its own program.
 		os.Args = append([]string{"kubectl"}, os.Args[2:]...)

@@ -1,6 +1,6 @@
 // Command signal-static is the one static program of the local cluster's real nodes. It is
 // the pause container of every Pod sandbox (as /pause), the holder of each node's namespaces,
-// and the test image's tool (as /nettest): serve, dial, lookup, sleep and exit.
+// and the test image's tool (as /nettest): serve, dial, connect, lookup, sleep and exit.
 //
 // It has no dependencies beyond the Go standard library and is built with CGO_ENABLED=0, so
 // the images that hold it need nothing else.
@@ -49,6 +49,8 @@ func main() {
 		serve(get(args, 1))
 	case "dial":
 		dial(get(args, 1))
+	case "connect":
+		connect(get(args, 1))
 	case "lookup":
 		lookup(get(args, 1))
 	case "hostname":
@@ -61,7 +63,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pause | nettest echo WORDS | exit CODE | sleep SECONDS | serve PORT | dial HOST:PORT | lookup NAME | hostname")
+	fmt.Fprintln(os.Stderr, "usage: pause | nettest echo WORDS | exit CODE | sleep SECONDS | serve PORT | dial HOST:PORT | connect HOST:PORT | lookup NAME | hostname")
 	os.Exit(2)
 }
 
@@ -125,6 +127,24 @@ func dial(address string) {
 		}
 		if time.Now().After(deadline) {
 			check(err, "dial "+address)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// connect opens a TCP connection to ADDRESS (retrying for up to 20 s), prints "connected" and
+// closes it: for servers that wait for the client to speak first (TLS).
+func connect(address string) {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", address, 2*time.Second)
+		if err == nil {
+			conn.Close()
+			fmt.Println("connected", address)
+			return
+		}
+		if time.Now().After(deadline) {
+			check(err, "connect "+address)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
