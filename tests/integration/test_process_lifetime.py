@@ -94,6 +94,7 @@ def owner(tmp_path: Path, runs_dir: Path) -> Iterator[tuple[subprocess.Popen[str
         [sys.executable, "-c", OWNER, str(tmp_path / "work")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         cwd=Path(__file__).resolve().parents[2],
         env={**os.environ, "SIGNAL_RUNS_DIR": str(runs_dir)},
@@ -102,14 +103,18 @@ def owner(tmp_path: Path, runs_dir: Path) -> Iterator[tuple[subprocess.Popen[str
     assert process.stdin is not None
     try:
         line = process.stdout.readline()
-        assert line, "the owner process did not start its children"
+        if not line:
+            process.kill()
+            _, err = process.communicate(timeout=10)
+            raise AssertionError(f"the owner process did not start its children:\n{err}")
         yield process, json.loads(line)
     finally:
         if process.poll() is None:
             process.kill()
         process.wait(10)
-        process.stdout.close()
-        process.stdin.close()
+        for stream in (process.stdout, process.stdin, process.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
         info = json.loads(line) if line else {"pids": []}
         for pid in _alive([*info["pids"], info.get("watchdog", 0)]):  # never leak into the next test
             os.kill(pid, signal.SIGKILL)
