@@ -260,6 +260,18 @@ async def run_check(kube: Kube, inputs: Inputs, settings: Settings, stop: asynci
     return await _finish(kube, inputs, settings, run, stop, observe_only=False)
 
 
+async def clean_up(kube: Kube, inputs: Inputs, settings: Settings) -> Report:
+    """The exit handler's work for one check, whatever the Run's phase: if the check left
+    workloads and no evidence (its adapter was killed), take what exists as its results,
+    persist them, quiesce, persist the evidence. Nothing to do otherwise."""
+    run = await kube.get_or_none(
+        resource_path(keys.API_VERSION, keys.RUN_PLURAL, inputs.run_namespace, inputs.run_name)
+    )
+    validate_against_run(inputs, run, allow_ended=True)
+    assert run is not None
+    return await _finish(kube, inputs, settings, run, asyncio.Event(), observe_only=True)
+
+
 async def _finish(
     kube: Kube, inputs: Inputs, settings: Settings, run: Obj, stop: asyncio.Event, *, observe_only: bool
 ) -> Report:

@@ -15,6 +15,8 @@ grace period leaves time for that quiescence.
 
 import argparse
 import asyncio
+import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -22,9 +24,9 @@ from pathlib import Path
 
 import structlog
 
-from adapter.check import Interrupted, Settings, run_check
+from adapter.check import Interrupted, Settings, clean_up, run_check
 from adapter.inputs import Refusal, parse_inputs
-from adapter.workflow_template import OUTPUT_DIR
+from adapter.workflow_template import OUTPUT_DIR, RUNNER_IMAGE_ENV
 from adapter.workloads import DEFAULT_RUNNER_IMAGE, DEFAULT_SSHD
 from kubeio.client import Kube
 from kubeio.errors import ApiError
@@ -41,11 +43,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run-uid", required=True)
     p.add_argument("--participants-json", required=True)
     p.add_argument("--snapshot", required=True)
-    p.add_argument("--check-index", required=True)
-    p.add_argument("--check-json", required=True)
+    p.add_argument("--check-index", help="the check to run (required unless --sweep-checks-json)")
+    p.add_argument("--check-json", help="the check to run (required unless --sweep-checks-json)")
+    p.add_argument(
+        "--sweep-checks-json",
+        help="exit handler: the Run's checks (JSON list); remove every check's leftover workloads, evidence first",
+    )
     p.add_argument("--output-dir", type=Path, default=Path(OUTPUT_DIR))
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster configuration)")
-    p.add_argument("--runner-image", default=DEFAULT_RUNNER_IMAGE)
+    p.add_argument(
+        "--runner-image",
+        default=os.environ.get(RUNNER_IMAGE_ENV) or DEFAULT_RUNNER_IMAGE,
+        help=f"image of the backend Pods (default: ${RUNNER_IMAGE_ENV}, set by the WorkflowTemplate)",
+    )
     p.add_argument("--mpi-worker-sshd", default=DEFAULT_SSHD, help="sshd path in the runner image for MPI workers")
     p.add_argument("--start-grace-seconds", type=float, default=60.0, help="wait beyond the check deadline")
     p.add_argument("--quiesce-seconds", type=float, default=60.0, help="bound on proving the workloads gone")
@@ -59,7 +69,45 @@ def write_outputs(directory: Path, values: dict[str, str]) -> None:
         (directory / name).write_text(value)
 
 
+async def sweep(args: argparse.Namespace, settings: Settings) -> int:
+    """The exit handler: every check's leftover workloads removed, evidence first."""
+    try:
+        checks = json.loads(args.sweep_checks_json)
+        if not isinstance(checks, list):
+            raise TypeError("not a list")
+    except (ValueError, TypeError) as exc:
+        raise Refusal(f"Run {args.run_namespace}/{args.run_name}: --sweep-checks-json is malformed: {exc}") from exc
+    kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-adapter")
+    try:
+        for index, check in enumerate(checks):
+            inputs = parse_inputs(
+                run_namespace=args.run_namespace,
+                run_name=args.run_name,
+                run_uid=args.run_uid,
+                participants_json=args.participants_json,
+                snapshot=args.snapshot,
+                check_index=str(index),
+                check_json=json.dumps(check),
+            )
+            report = await clean_up(kube, inputs, settings)
+            if report.config_map:
+                log.info("leftover workloads removed", check=inputs.check.name, evidence=report.config_map)
+    finally:
+        await kube.close()
+    return 0
+
+
 async def adapt(args: argparse.Namespace) -> int:
+    settings = Settings(
+        runner_image=args.runner_image,
+        sshd=args.mpi_worker_sshd,
+        start_grace_seconds=args.start_grace_seconds,
+        quiesce_seconds=args.quiesce_seconds,
+    )
+    if args.sweep_checks_json is not None:
+        return await sweep(args, settings)
+    if args.check_index is None or args.check_json is None:
+        raise Refusal("--check-index and --check-json are required (or --sweep-checks-json for the exit handler)")
     inputs = parse_inputs(
         run_namespace=args.run_namespace,
         run_name=args.run_name,
@@ -68,12 +116,6 @@ async def adapt(args: argparse.Namespace) -> int:
         snapshot=args.snapshot,
         check_index=args.check_index,
         check_json=args.check_json,
-    )
-    settings = Settings(
-        runner_image=args.runner_image,
-        sshd=args.mpi_worker_sshd,
-        start_grace_seconds=args.start_grace_seconds,
-        quiesce_seconds=args.quiesce_seconds,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -34,22 +34,38 @@ recursive steps template with input ``index`` (default ``"0"``).
   adapter must write exactly ``true`` (Argo trims one trailing newline) for the suite to go on.
 * The recursion nests at most 32 ``suite`` levels, below the controller's default stack depth (100), and
   ``spec.parallelism: 1`` keeps a single pod at a time as a second guard.
+* Stopping: Argo's Terminate (the controller's cancel and suite deadline) sends the step's
+  adapter SIGTERM; the adapter then removes the interrupted check's workloads, evidence
+  first. The step Pod's ``terminationGracePeriodSeconds`` (``podSpecPatch``) leaves time for
+  that before SIGKILL. When the Workflow ends any other way (a step failed, its adapter was
+  killed), the exit handler ``exit`` runs the adapter with ``--sweep-checks-json``: every
+  check's leftover workloads are removed the same way (a Succeeded Workflow skips it; its
+  checks all proved their workloads gone). Terminate skips exit handlers.
+* Images: the adapter image is the ``check`` and ``sweep`` containers' ``image``; the runner
+  image reaches the adapter as ``SIGNAL_RUNNER_IMAGE`` (the default of ``--runner-image``).
+  Both are image fields for kustomize (``deploy/base/kustomizeconfig.yaml``), so one
+  ``images:`` entry per image sets them, by digest.
 
 These semantics were checked offline against Argo v4.0.5's own Go code (template validation,
 ``ProcessArgs`` substitution, ``ReplaceStrict`` and the steps ``when`` evaluator), not on a
 running Argo controller.
 """
 
+import json
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from hera.workflows import Container, EmptyDirVolume, Parameter, Resources, Step, Steps, WorkflowTemplate
+from hera.workflows import Container, EmptyDirVolume, Env, Parameter, Resources, Step, Steps, WorkflowTemplate
 from hera.workflows.models import Capabilities, SeccompProfile, SecurityContext, ValueFrom
 
 from shared import keys
 
 DEFAULT_IMAGE: Final = "projectsignal.dev/adapter:0.1.0"
+DEFAULT_RUNNER_IMAGE: Final = "projectsignal.dev/runner:0.1.0"
+RUNNER_IMAGE_ENV: Final = "SIGNAL_RUNNER_IMAGE"
+TERMINATION_GRACE_SECONDS: Final = 150
+"""SIGTERM to SIGKILL for a step: the adapter's quiescence bound (60 s) and evidence writes fit."""
 NAME: Final = keys.WORKFLOW_TEMPLATE
 SERVICE_ACCOUNT: Final = "signal-adapter"
 LABELS: Final = {"app.kubernetes.io/name": "project-signal", "app.kubernetes.io/component": "adapter"}
@@ -72,18 +88,24 @@ CONTINUE_WHEN: Final = (
 )
 
 
-def _adapter_args() -> list[str]:
-    """The adapter's command line for one check: flag, value, flag, value, ..."""
+def _adapter_args(*, sweep: bool = False) -> list[str]:
+    """The adapter's command line for one check (or, ``sweep``, for the exit handler):
+    flag, value, flag, value, ..."""
     pairs = [
         ("--run-namespace", "{{workflow.parameters.run-namespace}}"),
         ("--run-name", "{{workflow.parameters.run-name}}"),
         ("--run-uid", "{{workflow.parameters.run-uid}}"),
         ("--participants-json", "{{workflow.parameters.participants-json}}"),
         ("--snapshot", "{{workflow.parameters.snapshot}}"),
-        ("--check-index", "{{inputs.parameters.index}}"),
-        ("--check-json", "{{inputs.parameters.check}}"),
-        ("--output-dir", OUTPUT_DIR),
     ]
+    if sweep:
+        pairs += [("--sweep-checks-json", "{{workflow.parameters.checks}}")]
+    else:
+        pairs += [
+            ("--check-index", "{{inputs.parameters.index}}"),
+            ("--check-json", "{{inputs.parameters.check}}"),
+            ("--output-dir", OUTPUT_DIR),
+        ]
     return [part for pair in pairs for part in pair]
 
 
@@ -98,14 +120,17 @@ def _security_context() -> SecurityContext:
     )
 
 
-def build_workflow_template(image: str = DEFAULT_IMAGE) -> dict[str, Any]:
+def build_workflow_template(image: str = DEFAULT_IMAGE, runner_image: str = DEFAULT_RUNNER_IMAGE) -> dict[str, Any]:
     """The ``signal-adapter`` WorkflowTemplate as a dict (pure: no cluster I/O)."""
+    env = [Env(name=RUNNER_IMAGE_ENV, value=runner_image)]
+    grace = json.dumps({"terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS})
     with WorkflowTemplate(
         api_version="argoproj.io/v1alpha1",
         kind="WorkflowTemplate",
         name=NAME,
         labels=dict(LABELS),
         entrypoint="suite",
+        on_exit="exit",
         service_account_name=SERVICE_ACCOUNT,
         parallelism=1,
         arguments=[Parameter(name=name) for name in WORKFLOW_PARAMETERS],
@@ -115,6 +140,8 @@ def build_workflow_template(image: str = DEFAULT_IMAGE) -> dict[str, Any]:
             image=image,
             command=["signal-adapter"],
             args=_adapter_args(),
+            env=env,
+            pod_spec_patch=grace,
             inputs=[Parameter(name="index"), Parameter(name="check")],
             outputs=[
                 Parameter(name=name, value_from=ValueFrom(path=f"{OUTPUT_DIR}/{name}", default=default))
@@ -139,13 +166,26 @@ def build_workflow_template(image: str = DEFAULT_IMAGE) -> dict[str, Any]:
                 arguments=[Parameter(name="index", value=NEXT_INDEX)],
                 when=CONTINUE_WHEN,
             )
+        sweep = Container(
+            name="sweep",
+            image=image,
+            command=["signal-adapter"],
+            args=_adapter_args(sweep=True),
+            env=env,
+            security_context=_security_context(),
+            volumes=[EmptyDirVolume(name="tmp", mount_path="/tmp")],
+            resources=Resources(cpu_request="100m", memory_request="128Mi", memory_limit="512Mi"),
+            pod_spec_patch=grace,
+        )
+        with Steps(name="exit"):
+            Step(name="sweep", template=sweep, when="'{{workflow.status}}' != 'Succeeded'")
     document: dict[str, Any] = template.to_dict()
     return document
 
 
-def render(image: str = DEFAULT_IMAGE) -> str:
+def render(image: str = DEFAULT_IMAGE, runner_image: str = DEFAULT_RUNNER_IMAGE) -> str:
     """The committed YAML text: a header comment and the template."""
-    body = yaml.safe_dump(build_workflow_template(image), sort_keys=False, width=1000)
+    body = yaml.safe_dump(build_workflow_template(image, runner_image), sort_keys=False, width=1000)
     return HEADER + body
 
 
