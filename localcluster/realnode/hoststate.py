@@ -17,10 +17,10 @@ start for records whose owner and janitor are both gone (:func:`sweep`). Standar
 """
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,6 +29,7 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PREFIX = "signal-realnodes-"
+LOCK_NAME = "\0signal-localcluster-realnodes"
 
 
 def state_dir() -> Path:
@@ -67,16 +68,30 @@ def cgroup_dirs(name: str) -> list[Path]:
 
 
 @contextlib.contextmanager
-def locked() -> Iterator[Path]:
-    """Hold the machine-wide lock of the state directory (slot choice, sweeping)."""
-    directory = state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+def locked(timeout: float = 120.0) -> Iterator[Path]:
+    """Hold the machine-wide lock of real-node host state (slot choice, records, sweeping) and
+    yield the state directory. The lock is an abstract Unix socket name: it leaves no file
+    behind and is released when its holder dies."""
+    lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                lock.bind(LOCK_NAME)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the real-node host-state lock is held for over {timeout}s") from None
+                time.sleep(0.05)
+        directory = state_dir()
+        directory.mkdir(parents=True, exist_ok=True)
         yield directory
+    finally:
+        lock.close()
 
 
 def write_record(path: Path, body: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)  # a sweep may just have removed it
     temporary = path.with_suffix(".tmp")
     temporary.write_text(json.dumps(body, indent=1))
     temporary.replace(path)
@@ -143,12 +158,7 @@ def clean(record_path: Path) -> None:
         raise RuntimeError(f"bridge {bridge} could not be removed: remove it with `ip link del {bridge}`")
     record_path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # the last cluster gone: leave no empty directory behind
-        for leftover in record_path.parent.iterdir():
-            if leftover.name != ".lock":
-                break
-        else:
-            (record_path.parent / ".lock").unlink(missing_ok=True)
-            record_path.parent.rmdir()
+        record_path.parent.rmdir()
 
 
 def sweep() -> list[str]:
