@@ -7,8 +7,9 @@ document whose recomputed digest matches what the adapter reported (when known);
 results document matches its own recorded digest; that names this Run, this check (index,
 name, backend, script key) and this source digest; whose participants are exactly the
 Run's participants (index, Node name and uid, each once); whose backend workloads cover
-every participant exactly once on its own Node; whose verdicts are the ones the rules
-give; and whose cleanup completed. Anything else makes that check Inconclusive.
+every participant exactly once on its own Node (and, for a ``perNode`` MPI check, whose
+proven verdicts each come from exactly one launcher of that participant, on its own Node);
+whose verdicts are the ones the rules give; and whose cleanup completed. Anything else makes that check Inconclusive.
 
 The Run is ``Failed`` if any check with valid evidence proves a failure; ``Succeeded``
 only if every check has valid Pass evidence, the Workflow succeeded, no Node was replaced
@@ -116,6 +117,16 @@ def validate_check(run: Obj, check_index: int, document: Obj) -> tuple[Verdict, 
                 f"IdentityCoverage: participant {index} not served exactly once on its Node",
                 {},
             )
+    if ident.backend == "MPIJob" and ((check.get("mpi") or {}).get("scope") or "perNode") == "perNode":
+        launchers = [w for w in results.workloads if w.role == "launcher"]
+        for index, (node, _) in expected.items():
+            own = [w for w in launchers if w.participant_index == index]
+            if by_index[index].verdict != Verdict.INCONCLUSIVE and (len(own) != 1 or own[0].node_name != node):
+                return (
+                    Verdict.INCONCLUSIVE,
+                    f"IdentityCoverage: participant {index}'s verdict is not from one launcher on its own Node",
+                    {},
+                )
     recomputed, _ = check_verdict(list(results.participants))
     if recomputed != results.verdict:
         return Verdict.INCONCLUSIVE, "InconsistentEvidence: the recorded check verdict is not the rules' verdict", {}

@@ -33,7 +33,7 @@ RUN_UID = "7d3f2a10-5b6c-4d7e-8f90-a1b2c3d4e5f6"
 NODES = ["gpu-000", "gpu-001"]
 
 
-def make_run(participants: int = 2, checks: int = 1, backend: str = "Pod") -> Obj:
+def make_run(participants: int = 2, checks: int = 1, backend: str = "Pod", scope: str = "crossNode") -> Obj:
     run = run_manifest("r1", participants)
     run["metadata"].update(namespace="signal", uid=RUN_UID, creationTimestamp="2026-11-30T00:00:00Z")
     for i in range(1, checks):
@@ -42,6 +42,8 @@ def make_run(participants: int = 2, checks: int = 1, backend: str = "Pod") -> Ob
         )
     for check in run["spec"]["checks"]:
         check["backend"] = backend
+        if backend == "MPIJob":
+            check["mpi"] = {"scope": scope}
     return run
 
 
@@ -380,6 +382,57 @@ def test_pod_evidence_with_worker_role_workloads_is_not_covered() -> None:
     assert verdict == Verdict.INCONCLUSIVE
     assert problem is not None
     assert problem.startswith("IdentityCoverage:")
+
+
+def pernode_evidence(run: Obj, verdicts: dict[int, str] | None = None, launcher_nodes: list[int] | None = None) -> Obj:
+    """Valid perNode evidence: per participant an MPIJob, its worker and its own launcher."""
+    doc = plain(mpi_evidence(run, verdicts=verdicts))
+    workloads = [w for w in doc["results"]["workloads"] if w["role"] == "worker"]
+    for i, node in enumerate(launcher_nodes if launcher_nodes is not None else range(len(NODES))):
+        workloads += [
+            {
+                "kind": "Pod",
+                "name": f"r1-c0-p{i}-launcher",
+                "uid": f"launcher-uid-{i}",
+                "nodeName": NODES[node],
+                "participantIndex": i,
+                "role": "launcher",
+            },
+            {
+                "kind": "MPIJob",
+                "name": f"r1-c0-p{i}",
+                "uid": f"mpijob-uid-{i}",
+                "participantIndex": i,
+                "role": "mpijob",
+            },
+        ]
+    doc["results"]["workloads"] = workloads
+    doc["cleanup"]["deleted"] = copy.deepcopy(workloads)
+    return eb.seal(doc)
+
+
+def test_pernode_evidence_with_a_launcher_per_participant_is_accepted() -> None:
+    run = make_run(backend="MPIJob", scope="perNode")
+    document = pernode_evidence(run, verdicts={1: "Fail"})
+    assert validate_check(run, 0, document)[:2] == (Verdict.FAIL, None)
+    assert validate_check(run, 0, pernode_evidence(run))[:2] == (Verdict.PASS, None)
+    # The default scope is perNode: a check without mpi is judged the same way.
+    del run["spec"]["checks"][0]["mpi"]
+    assert validate_check(run, 0, pernode_evidence(run))[:2] == (Verdict.PASS, None)
+
+
+@pytest.mark.parametrize(
+    ("document", "participant"),
+    [
+        pytest.param(mpi_evidence, 0, id="one crossNode launcher for a perNode check"),
+        pytest.param(lambda run: pernode_evidence(run, launcher_nodes=[0, 0]), 1, id="a launcher on another Node"),
+    ],
+)
+def test_pernode_verdicts_must_come_from_each_participants_own_launcher(document: Any, participant: int) -> None:
+    run = make_run(backend="MPIJob", scope="perNode")
+    verdict, problem, _ = validate_check(run, 0, document(run))
+    assert verdict == Verdict.INCONCLUSIVE
+    assert problem == f"IdentityCoverage: participant {participant}'s verdict is not from one launcher on its own Node"
 
 
 def test_mpijob_worker_on_another_node_is_not_covered() -> None:
