@@ -1,0 +1,302 @@
+"""Container images for real nodes, built without Docker (cached by content).
+
+* **Base:** ``mmdebstrap`` makes a Debian bookworm root filesystem from Debian's packages
+  (minbase, slim: no manuals, docs or translations), loaded into buildah's storage under
+  ``BASE_REFERENCE``, the exact name the Dockerfiles use in ``FROM``, so the Dockerfiles a
+  user builds with Docker are the ones built and tested here.
+* **Signal's images:** ``Dockerfile.<name>`` of this repository, built with
+  ``buildah bud --isolation chroot --storage-driver vfs --pull=never``.
+* **Local-cluster images** (never shipped): Argo's executor (``argoexec``) and
+  workflow-controller from localcluster/argo's build, and the real Kubeflow MPI operator
+  from localcluster/mpi-operator/build.sh, each a static binary on the same base.
+
+Each image is written as an OCI archive ``<dir>/<name>.tar`` (the image's reference as its
+``org.opencontainers.image.ref.name``) and recorded in ``<dir>/index.json`` with its
+manifest digest, so manifests can pin ``reference@digest``. An image is rebuilt only when
+its key changes: the Dockerfile, the content of every file its ``COPY`` lines take from the
+context, the binary, and the base's recipe. Settings: ``SIGNAL_IMAGES_DIR`` (default
+``.cache/images``). Run ``python -m localcluster.images [NAME ...]``.
+"""
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+from localcluster.buildah import Buildah, ImageBuildError, mmdebstrap_tar
+
+REPO: Final = Path(__file__).resolve().parent.parent
+BASE_REFERENCE: Final = "debian:bookworm-slim"
+BASE_SUITE: Final = "bookworm"
+BASE_KEY_LABEL: Final = "dev.projectsignal.base-key"
+# Bump when the way images are built changes (invalidates every cached image).
+RECIPE: Final = "signal-images/1"
+PROJECT_IMAGES: Final = ("controller", "adapter", "portal", "runner")
+PROJECT_TAG: Final = "0.1.0"
+LOCAL_IMAGES: Final = ("argoexec", "workflow-controller", "mpi-operator")
+INDEX: Final = "index.json"
+_IGNORED_PARTS: Final = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
+
+
+@dataclass(frozen=True)
+class Image:
+    """One built image, as recorded in the index."""
+
+    name: str
+    reference: str
+    archive: str  # file name under the images directory
+    digest: str  # the manifest's digest, sha256:<hex>
+    key: str
+    size_bytes: int
+    build_seconds: float
+    entrypoint: list[str]
+    user: str
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.reference}@{self.digest}"
+
+
+def images_dir() -> Path:
+    configured = os.environ.get("SIGNAL_IMAGES_DIR")
+    return Path(configured) if configured else REPO / ".cache" / "images"
+
+
+def project_reference(name: str) -> str:
+    return f"projectsignal.dev/{name}:{PROJECT_TAG}"
+
+
+def local_reference(name: str) -> str:
+    return f"localcluster.projectsignal.dev/{name}:local"
+
+
+def base_recipe() -> list[str]:
+    """mmdebstrap's options for the base (the part of the base's key that we control)."""
+    excludes = ["/usr/share/man/*", "/usr/share/doc/*", "/usr/share/info/*", "/usr/share/locale/*"]
+    includes = ["/usr/share/doc/*/copyright", "/usr/share/locale/locale.alias"]
+    return [
+        "--variant=minbase",
+        *(f"--dpkgopt=path-exclude={p}" for p in excludes),
+        *(f"--dpkgopt=path-include={p}" for p in includes),
+        '--aptopt=Binary::apt::APT::Keep-Downloaded-Packages "false"',
+        BASE_SUITE,
+    ]
+
+
+def base_key() -> str:
+    return _sha256_text("\n".join([RECIPE, BASE_REFERENCE, *base_recipe()]))
+
+
+def copy_sources(dockerfile_text: str) -> list[str]:
+    """Context paths the Dockerfile's ``COPY``/``ADD`` lines take (not ``--from`` stages)."""
+    sources: list[str] = []
+    for raw in dockerfile_text.splitlines():
+        words = raw.split()
+        if not words or words[0].upper() not in {"COPY", "ADD"}:
+            continue
+        words = shlex.split(raw)
+        args = [w for w in words[1:] if not w.startswith("--")]
+        if any(w.startswith("--from") for w in words[1:]) or len(args) < 2:
+            continue
+        sources.extend(args[:-1])
+    return sources
+
+
+def context_files(context: Path, sources: list[str]) -> Iterator[Path]:
+    """Every file under the sources, in a stable order, without caches."""
+    for source in sorted(set(sources)):
+        path = context / source
+        if path.is_file():
+            yield path
+        elif path.is_dir():
+            for child in sorted(path.rglob("*")):
+                rel = child.relative_to(context)
+                if child.is_file() and not _IGNORED_PARTS.intersection(rel.parts) and child.suffix != ".pyc":
+                    yield child
+        else:
+            raise ImageBuildError(f"{source} (named by a COPY line) is not in the build context {context}")
+
+
+def dockerfile_key(dockerfile: Path, context: Path) -> str:
+    text = dockerfile.read_text()
+    digest = hashlib.sha256()
+    for part in (RECIPE, base_key(), text, _read_if(context / ".dockerignore")):
+        digest.update(_sha256_text(part).encode())
+    for path in context_files(context, copy_sources(text)):
+        digest.update(f"{path.relative_to(context)}\0{_sha256_file(path)}\n".encode())
+    return digest.hexdigest()
+
+
+def binary_containerfile(binary_name: str, user: str) -> str:
+    """A static Go binary on the base, as a non-root user."""
+    return (
+        f"FROM {BASE_REFERENCE}\n"
+        f"COPY {binary_name} /usr/local/bin/{binary_name}\n"
+        f"USER {user}\n"
+        f'ENTRYPOINT ["/usr/local/bin/{binary_name}"]\n'
+    )
+
+
+# Argo's executor runs as 8737 in Argo's own images; the others as 65532.
+_BINARY_USERS: Final = {"argoexec": "8737", "workflow-controller": "8737", "mpi-operator": "65532:65532"}
+
+
+class Builder:
+    """Builds images into ``directory`` (buildah storage, archives, index), one at a time."""
+
+    def __init__(self, directory: Path | None = None, log: Callable[[str], None] | None = None) -> None:
+        self.directory = directory or images_dir()
+        self.log = log or (lambda message: print(message, file=sys.stderr))
+        self.buildah = Buildah(self.directory / "storage", self.directory / "run")
+
+    def index(self) -> dict[str, Image]:
+        path = self.directory / INDEX
+        if not path.exists():
+            return {}
+        return {name: Image(**body) for name, body in json.loads(path.read_text())["images"].items()}
+
+    def build(self, names: list[str]) -> dict[str, Image]:
+        """The named images (all when empty), built where their key changed; the index."""
+        unknown = sorted(set(names) - set(PROJECT_IMAGES) - set(LOCAL_IMAGES))
+        if unknown:
+            raise ImageBuildError(f"unknown image(s) {unknown}: choose from {[*PROJECT_IMAGES, *LOCAL_IMAGES]}")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with (self.directory / ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for name in names or [*PROJECT_IMAGES, *LOCAL_IMAGES]:
+                if name in PROJECT_IMAGES:
+                    self._project_image(name)
+                else:
+                    self._binary_image(name)
+            return self.index()
+
+    def _project_image(self, name: str) -> Image:
+        dockerfile = REPO / f"Dockerfile.{name}"
+        key = dockerfile_key(dockerfile, REPO)
+        cached = self._cached(name, key)
+        if cached:
+            return cached
+        self._ensure_base()
+        started = time.monotonic()
+        reference = project_reference(name)
+        self.log(f"images: building {reference} from {dockerfile.name}")
+        self.buildah.bud(dockerfile, REPO, reference, pip_cert=os.environ.get("PIP_CERT"))
+        return self._record(name, reference, key, started)
+
+    def _binary_image(self, name: str) -> Image:
+        binary = _local_binary(name)
+        containerfile = binary_containerfile(name, _BINARY_USERS[name])
+        key = _sha256_text("\n".join([RECIPE, base_key(), containerfile, _sha256_file(binary)]))
+        cached = self._cached(name, key)
+        if cached:
+            return cached
+        self._ensure_base()
+        started = time.monotonic()
+        reference = local_reference(name)
+        self.log(f"images: building {reference} from {binary}")
+        with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=self.directory) as context:
+            (Path(context) / "Containerfile").write_text(containerfile)
+            target = Path(context) / name
+            shutil.copyfile(binary, target)
+            target.chmod(0o755)
+            self.buildah.bud(Path(context) / "Containerfile", Path(context), reference, pip_cert=None)
+        return self._record(name, reference, key, started)
+
+    def _cached(self, name: str, key: str) -> Image | None:
+        image = self.index().get(name)
+        if image and image.key == key and (self.directory / image.archive).is_file():
+            return image
+        return None
+
+    def _ensure_base(self) -> None:
+        key = base_key()
+        if self.buildah.image_label(BASE_REFERENCE, BASE_KEY_LABEL) == key:
+            return
+        self.log(f"images: making the {BASE_REFERENCE} base with mmdebstrap (about 1-2 minutes)")
+        with tempfile.TemporaryDirectory(prefix="base-", dir=self.directory) as scratch:
+            tar = Path(scratch) / "rootfs.tar"
+            mmdebstrap_tar(base_recipe(), tar)
+            self.buildah.import_rootfs(tar, BASE_REFERENCE, {BASE_KEY_LABEL: key})
+
+    def _record(self, name: str, reference: str, key: str, started: float) -> Image:
+        archive = self.directory / f"{name}.tar"
+        digest = self.buildah.push_oci_archive(reference, archive)
+        config = self.buildah.image_config(reference)
+        image = Image(
+            name=name,
+            reference=reference,
+            archive=archive.name,
+            digest=digest,
+            key=key,
+            size_bytes=archive.stat().st_size,
+            build_seconds=round(time.monotonic() - started, 1),
+            entrypoint=list(config.get("Entrypoint") or []),
+            user=str(config.get("User") or ""),
+        )
+        index = self.index()
+        index[name] = image
+        body = {"images": {n: asdict(i) for n, i in sorted(index.items())}}
+        tmp = self.directory / f"{INDEX}.tmp"
+        tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.directory / INDEX)
+        self.log(f"images: {image.pinned} ({image.size_bytes / 2**20:.0f} MiB) in {image.build_seconds}s")
+        return image
+
+
+def _local_binary(name: str) -> Path:
+    if name == "mpi-operator":
+        from localcluster.kubeflowmpi import operator_binary  # noqa: PLC0415 (built only when asked for)
+
+        return operator_binary()
+    from localcluster.binaries import argo_build_dir  # noqa: PLC0415
+
+    return argo_build_dir() / name
+
+
+def _read_if(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m localcluster.images", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "names", nargs="*", help=f"images to build (default: all of {[*PROJECT_IMAGES, *LOCAL_IMAGES]})"
+    )
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    try:
+        index = Builder().build(args.names)
+    except ImageBuildError as exc:
+        print(f"images: {exc}", file=sys.stderr)
+        return 1
+    for name in args.names or [*PROJECT_IMAGES, *LOCAL_IMAGES]:
+        image = index[name]
+        print(f"{name}\t{image.pinned}\t{image.size_bytes}\t{images_dir() / image.archive}")
+    print(f"images: done in {time.monotonic() - started:.1f}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

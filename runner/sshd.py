@@ -1,0 +1,71 @@
+"""The MPI worker's sshd in the runner image, as the runner user (uid 65532) under Pod
+Security ``restricted``: no root, no capability, a read-only root filesystem.
+
+``runner/ssh/sshd_config`` (installed as ``SSHD_CONFIG``) listens on ``SSHD_PORT`` (above
+1024), reads the host key and writes its PID file under ``STATE_DIR`` on the Pod's writable
+scratch volume, and authorizes the MPI operator's per-job key mounted at the runner user's
+``~/.ssh`` (the MPIJob's ``sshAuthMountPath``). The host key is made here, at start, so no
+private key ships in the image and every worker has its own.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Final, NoReturn
+
+SSHD_CONFIG: Final = "/etc/ssh/signal/sshd_config"
+SSH_CLIENT_CONFIG: Final = "/etc/ssh/ssh_config.d/signal.conf"
+SSHD_PORT: Final = 2222
+RUNNER_SSH_DIR: Final = "/home/signal/.ssh"
+WORKDIR: Final = "/signal/work"
+STATE_DIR: Final = f"{WORKDIR}/sshd"
+HOST_KEY_NAME: Final = "ssh_host_ed25519_key"
+SSH_KEYGEN: Final = "/usr/bin/ssh-keygen"
+
+
+class SshdError(Exception):
+    """The worker's sshd cannot start (no writable state directory, no ssh-keygen)."""
+
+
+def prepare_host_key(state_dir: Path, keygen: str = SSH_KEYGEN) -> Path:
+    """A private directory (0700) holding this worker's ed25519 host key (0600); made once,
+    kept if it exists (a restarted container reuses it)."""
+    try:
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        state_dir.chmod(0o700)
+    except OSError as exc:
+        raise SshdError(
+            f"cannot make sshd's state directory {state_dir}: {exc}; mount a writable volume there"
+        ) from exc
+    key = state_dir / HOST_KEY_NAME
+    if key.exists():
+        return key
+    try:
+        done = subprocess.run(
+            [keygen, "-q", "-t", "ed25519", "-N", "", "-C", "signal-runner-worker", "-f", str(key)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SshdError(f"cannot run {keygen} for the host key {key}: {exc}") from exc
+    if done.returncode != 0:
+        raise SshdError(f"{keygen} failed ({done.returncode}) making the host key {key}: {done.stderr.strip()}")
+    return key
+
+
+def sshd_argv(sshd: str, config: str = SSHD_CONFIG) -> list[str]:
+    """sshd in the foreground, logging to stderr (the container's log), on our configuration."""
+    return [sshd, "-D", "-e", "-f", config]
+
+
+def exec_sshd(sshd: str, config: str = SSHD_CONFIG, state_dir: Path = Path(STATE_DIR)) -> NoReturn:
+    """Make the host key, then become sshd (sshd needs its absolute path to re-exec)."""
+    try:
+        prepare_host_key(state_dir)
+    except SshdError as exc:
+        print(f"signal-runner worker: {exc}", file=sys.stderr)
+        sys.exit(1)
+    os.execv(sshd, sshd_argv(sshd, config))

@@ -1,0 +1,63 @@
+"""How localcluster.images keys its cache and names its base (pure parts)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from localcluster import images
+from localcluster.buildah import ImageBuildError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", images.PROJECT_IMAGES)
+def test_every_stage_of_every_dockerfile_starts_from_the_base_the_builder_makes(name: str) -> None:
+    text = (REPO / f"Dockerfile.{name}").read_text()
+    bases = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
+    assert bases
+    assert set(bases) == {images.BASE_REFERENCE}
+
+
+def test_copy_sources_are_the_context_paths_not_other_stages() -> None:
+    text = "FROM x AS build\nCOPY a b ./\nCOPY --chown=1:1 c /c\nCOPY --from=build /opt /opt\nRUN echo \\\n  hi\n"
+    assert images.copy_sources(text) == ["a", "b", "c"]
+
+
+def test_the_key_follows_every_copied_file_and_nothing_else(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("x = 1\n")
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+    (tmp_path / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"1")
+    (tmp_path / "other.txt").write_text("not copied")
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(f"FROM {images.BASE_REFERENCE}\nCOPY pkg /pkg\n")
+    first = images.dockerfile_key(dockerfile, tmp_path)
+    (tmp_path / "other.txt").write_text("changed")
+    (tmp_path / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"2")
+    assert images.dockerfile_key(dockerfile, tmp_path) == first
+    (tmp_path / "pkg" / "mod.py").write_text("x = 2\n")
+    second = images.dockerfile_key(dockerfile, tmp_path)
+    assert second != first
+    dockerfile.write_text(f"FROM {images.BASE_REFERENCE}\nCOPY pkg /pkg\nUSER 1\n")
+    assert images.dockerfile_key(dockerfile, tmp_path) not in {first, second}
+
+
+def test_a_copy_of_a_missing_path_is_a_clear_error(tmp_path: Path) -> None:
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM x\nCOPY nowhere /n\n")
+    with pytest.raises(ImageBuildError, match=r"nowhere .* is not in the build context"):
+        images.dockerfile_key(dockerfile, tmp_path)
+
+
+def test_unknown_image_names_are_refused_before_anything_is_built(tmp_path: Path) -> None:
+    with pytest.raises(ImageBuildError, match=r"unknown image\(s\) \['nope'\]"):
+        images.Builder(tmp_path / "images").build(["nope"])
+    assert not (tmp_path / "images").exists()
+
+
+def test_binary_images_run_their_static_binary_as_non_root() -> None:
+    text = images.binary_containerfile("mpi-operator", "65532:65532")
+    assert text.splitlines()[0] == f"FROM {images.BASE_REFERENCE}"
+    assert "USER 65532:65532" in text
+    assert 'ENTRYPOINT ["/usr/local/bin/mpi-operator"]' in text
