@@ -26,6 +26,7 @@ from localcluster.controlplane import ControlPlane
 from localcluster.fleet import RDMA_RESOURCE, SIMULATED_LABEL, SimNode
 from localcluster.kube import KubeClient, Obj, resource_path
 from localcluster.realnode import dns, hoststate, images, network
+from localcluster.realnode.containerd import CNI_BIN_DIR
 from localcluster.realnode.node import RealNode
 from localcluster.realnode.pki import APISERVER_KUBELET_CLIENT, KUBE_PROXY_USER, ClusterPKI, KeyPair, client_kubeconfig
 from shared import keys
@@ -33,6 +34,21 @@ from shared import keys
 log = structlog.get_logger("localcluster.realnode")
 CONTROLLERS = ("endpointslice-controller",)
 """kube-controller-manager controllers real nodes need besides the local cluster's own."""
+
+
+TOOLS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip", "unshare", "nsenter", "openssl")
+
+
+def missing_requirements() -> list[str]:
+    """What this machine lacks for real nodes (empty when it has everything)."""
+    missing = [] if os.geteuid() == 0 else ["root (real nodes make namespaces, cgroups and a bridge)"]
+    missing += [f"the command {tool}" for tool in TOOLS if shutil.which(tool) is None]
+    missing += [
+        f"the CNI plugin {p}" for p in ("bridge", "host-local", "loopback") if not Path(CNI_BIN_DIR, p).exists()
+    ]
+    if not hoststate.hierarchies():
+        missing.append("a mounted cgroup hierarchy")
+    return missing
 
 
 def gpu_nodes(count: int, prefix: str = "node") -> list[SimNode]:
@@ -75,6 +91,11 @@ class RealNodes:
         start the janitor, make the PKI and set the API server's address and flags."""
         if not 0 < len(self.shapes) <= network.MAX_NODES:
             raise ValueError(f"{len(self.shapes)} real nodes asked for: between 1 and {network.MAX_NODES} fit")
+        if missing := missing_requirements():
+            raise RuntimeError(
+                f"real nodes cannot run on this machine, it lacks: {', '.join(missing)}; "
+                "run hack/install-system-deps.sh as root (or use simulated Nodes only)"
+            )
         self.directory = plane.workdir / "realnodes"
         self.directory.mkdir(parents=True, exist_ok=True)
         with hoststate.locked() as state:
@@ -225,7 +246,8 @@ class RealNodes:
             if current is not None and _ready(current) and _has(current, shape):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"real node {shape.name} not Ready after {timeout}s:\n{node.processes[-2].tail()}")
+                logs = "\n".join(f"--- {p.name} ---\n{p.tail(15)}" for p in node.processes)
+                raise RuntimeError(f"real node {shape.name} not Ready after {timeout}s:\n{logs}")
             await asyncio.sleep(0.2)
 
     def check_running(self) -> None:
@@ -255,6 +277,10 @@ class RealNodes:
         shutil.rmtree(self.directory, ignore_errors=True)
         if failures:
             raise failures[0]
+
+    def logs(self, lines: int = 20) -> str:
+        """The last lines of every node process's log."""
+        return "\n".join(f"--- {n.name}/{p.name} ---\n{p.tail(lines)}" for n in self.nodes for p in n.processes)
 
     def pids(self) -> dict[str, int]:
         found = {f"{n.name}/{p.name}": p.process.pid for n in self.nodes for p in n.processes}
