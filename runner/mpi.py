@@ -34,7 +34,6 @@ import ctypes
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 import signal
@@ -44,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from runner import sshd as sshd_role
 from shared.result import MAX_RANKS, LauncherReport, RankResult, short_host
 from shared.run import Verdict
 
@@ -289,7 +289,8 @@ def evaluate_launcher(
 
 
 def sshd_or_wait(sshd: str | None) -> None:
-    """The worker role: exec sshd when the image has it, otherwise wait to be deleted."""
+    """The worker role: become the image's sshd (runner/sshd.py: our configuration, a host key
+    made at start) when the image has it, otherwise wait to be deleted."""
     if sshd and Path(sshd).exists():
-        os.execv(sshd, [sshd, "-De"])
+        sshd_role.exec_sshd(sshd)
     signal.pause()

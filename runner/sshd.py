@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 from typing import Final, NoReturn
 
+from shared import keys
+
 SSHD_CONFIG: Final = "/etc/ssh/signal/sshd_config"
 SSH_CLIENT_CONFIG: Final = "/etc/ssh/ssh_config.d/signal.conf"
-SSHD_PORT: Final = 2222
-RUNNER_SSH_DIR: Final = "/home/signal/.ssh"
+SSHD_PORT: Final = keys.SSHD_PORT
+RUNNER_SSH_DIR: Final = keys.RUNNER_SSH_DIR
 WORKDIR: Final = "/signal/work"
 STATE_DIR: Final = f"{WORKDIR}/sshd"
 HOST_KEY_NAME: Final = "ssh_host_ed25519_key"
