@@ -30,6 +30,7 @@ from controller.selection import Selection
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import AlreadyExists, Conflict, NotFound
+from shared import keys
 from shared.conditions import set_condition
 from shared.digests import bundle_digest
 from shared.profile import CertificationProfile
@@ -217,7 +218,7 @@ async def rollback(ctx: Context, run: Obj, why: str) -> None:
 async def submit_workflow(ctx: Context, run: Obj) -> Obj:
     """Create the Run's Workflow (idempotent) and mark the Run Running."""
     body = workflow_manifest(run, ctx.workflow_instance_id)
-    path = resource_path("argoproj.io/v1alpha1", "workflows", ctx.namespace)
+    path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace)
     try:
         workflow = await ctx.kube.create(path, body)
     except AlreadyExists:

@@ -133,7 +133,7 @@ def workflow_manifest(run: Mapping[str, Any], instance_id: str = "") -> dict[str
     if tuple(parameters) != keys.WORKFLOW_PARAMETERS:  # pragma: no cover - guarded by unit tests
         raise AssertionError("workflow parameters drifted from shared.keys.WORKFLOW_PARAMETERS")
     return {
-        "apiVersion": "argoproj.io/v1alpha1",
+        "apiVersion": keys.ARGO_API_VERSION,
         "kind": "Workflow",
         "metadata": {
             "name": meta["name"],

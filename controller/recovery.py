@@ -14,7 +14,7 @@ from kubeio.errors import Conflict, NotFound
 from shared import keys
 from shared.conditions import is_true
 
-WORKFLOWS = resource_path("argoproj.io/v1alpha1", "workflows")
+WORKFLOWS = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL)
 
 
 async def _run_uid(ctx: Context, name: str, namespace: str) -> str | None:
@@ -59,7 +59,7 @@ async def recover(ctx: Context) -> int:
 async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, Obj]) -> int:
     """Delete Signal's Workflows whose Run is gone; the cache nominates, an uncached GET confirms."""
     repairs = 0
-    path = resource_path("argoproj.io/v1alpha1", "workflows", ctx.namespace)
+    path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace)
     for workflow in list(ctx.workflows.items.values()):
         meta = workflow["metadata"]
         labels = meta.get("labels") or {}

@@ -69,7 +69,7 @@ class Context:
         self.runs = Informer(self.kube, resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace), lambda o: o)
         self.workflows = Informer(
             self.kube,
-            resource_path("argoproj.io/v1alpha1", "workflows", self.namespace),
+            resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, self.namespace),
             workflow_view,
             labelSelector=keys.RUN_UID_LABEL,
         )

@@ -59,6 +59,29 @@ WORKFLOW_PARAMETERS: Final = (
 )
 
 
+# Argo Workflows' API (the controller creates Workflows; the adapter's template is one).
+ARGO_API_VERSION: Final = "argoproj.io/v1alpha1"
+WORKFLOW_PLURAL: Final = "workflows"
+
+# Where the MPI operator mounts the hostfile in an MPIJob's launcher.
+MPI_HOSTFILE: Final = "/etc/mpi/hostfile"
+
+
+def run_evidence_name(run_name: str) -> str:
+    """The Run's evidence ConfigMap (the controller's decision and every check's evidence)."""
+    return f"{run_name}-evidence"
+
+
+def check_results_name(run_name: str, index: int) -> str:
+    """A check's results ConfigMap (the adapter's, written before anything is deleted)."""
+    return f"{run_name}-c{index}-results"
+
+
+def check_evidence_name(run_name: str, index: int) -> str:
+    """A check's evidence ConfigMap (the adapter's, with the cleanup outcome)."""
+    return f"{run_name}-c{index}-evidence"
+
+
 # Argo's own label: a workflow-controller configured with an instanceID only runs Workflows
 # carrying it (set by the controller's --workflow-instance-id).
 ARGO_INSTANCE_LABEL: Final = "workflows.argoproj.io/controller-instanceid"
