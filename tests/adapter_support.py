@@ -133,6 +133,15 @@ class AdapterWorld:
         self, check_index: int, *extra: str, args: Sequence[str] | None = None, **env: str
     ) -> AdapterOutcome:
         """Run signal-adapter for one check as the signal-adapter ServiceAccount."""
+        process, outputs = await self.spawn(check_index, *extra, args=args, **env)
+        out, _ = await process.communicate()
+        values = {p.name: p.read_text() for p in outputs.iterdir()} if outputs.exists() else {}
+        return AdapterOutcome(process.returncode or 0, values, out.decode(errors="replace"))
+
+    async def spawn(
+        self, check_index: int, *extra: str, args: Sequence[str] | None = None, **env: str
+    ) -> tuple[asyncio.subprocess.Process, Path]:
+        """Start signal-adapter for one check (stdout piped); the process and its output directory."""
         sa = await identities.service_account(self.cluster.plane, self.namespace, "signal-adapter", create=False)
         self.runs += 1
         config = sa.kubeconfig(self.workdir / "adapter.kubeconfig", self.namespace)
@@ -151,9 +160,7 @@ class AdapterWorld:
         process = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env}
         )
-        out, _ = await process.communicate()
-        values = {p.name: p.read_text() for p in outputs.iterdir()} if outputs.exists() else {}
-        return AdapterOutcome(process.returncode or 0, values, out.decode(errors="replace"))
+        return process, outputs
 
     async def pods(self, selector: str = "") -> list[Obj]:
         query = {"labelSelector": selector or f"{keys.RUN_UID_LABEL}={self.run['metadata']['uid']}"}

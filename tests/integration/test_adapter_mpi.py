@@ -29,6 +29,7 @@ printf '{"world": %s, "tmp_writable": %s}' "$SIGNAL_WORLD_SIZE" "$(touch "$TMPDI
 if [ "$SIGNAL_RANK" = "$FAIL_RANK" ]; then exit 4; fi
 """
 NO_SSHD = ("--mpi-worker-sshd", "/nonexistent/sshd")
+CROSS = {"scope": "crossNode"}
 
 
 @pytest.fixture
@@ -65,8 +66,8 @@ async def _tree(admin: KubeClient, namespace: str, job: str) -> list[str]:
 async def test_two_ranks_pass_then_a_rank_fails(world: AdapterWorld, admin: KubeClient) -> None:
     scripts = {"ranks.sh": RANKS.replace("$FAIL_RANK", "none"), "fail.sh": RANKS.replace("$FAIL_RANK", "1")}
     checks = [
-        check("mpi-ok", "ranks.sh", backend="MPIJob", deadline="60s"),
-        check("mpi-fail", "fail.sh", backend="MPIJob", deadline="60s"),
+        check("mpi-ok", "ranks.sh", backend="MPIJob", deadline="60s", mpi=CROSS),
+        check("mpi-fail", "fail.sh", backend="MPIJob", deadline="60s", mpi=CROSS),
     ]
     await world.setup(2, scripts, checks)
     outcome = await world.adapter(0, *NO_SSHD)
@@ -121,7 +122,7 @@ async def test_two_ranks_pass_then_a_rank_fails(world: AdapterWorld, admin: Kube
 
 async def test_retained_worker_is_inconclusive_and_stops_the_suite(world: AdapterWorld, admin: KubeClient) -> None:
     scripts = {"ranks.sh": RANKS.replace("$FAIL_RANK", "none")}
-    checks = [check("mpi", "ranks.sh", backend="MPIJob", deadline="60s"), check("after", "ranks.sh")]
+    checks = [check("mpi", "ranks.sh", backend="MPIJob", deadline="60s", mpi=CROSS), check("after", "ranks.sh")]
     await world.setup(2, scripts, checks)
     task = asyncio.create_task(world.adapter(0, *NO_SSHD, "--quiesce-seconds", "4"))
     job = _job(world, 0)

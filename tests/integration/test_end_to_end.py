@@ -56,7 +56,14 @@ def _checks(second_script: str) -> list[dict[str, Any]]:
             "gpuCount": 1,
             "backendActiveDeadline": "60s",
         },
-        {"name": "nccl", "scriptKey": "nccl.sh", "backend": "MPIJob", "gpuCount": 1, "backendActiveDeadline": "90s"},
+        {
+            "name": "nccl",
+            "scriptKey": "nccl.sh",
+            "backend": "MPIJob",
+            "gpuCount": 1,
+            "backendActiveDeadline": "90s",
+            "mpi": {"scope": "crossNode"},
+        },
     ]
 
 

@@ -142,13 +142,23 @@ def test_output_dir_matches_the_output_parameters(check_template: dict[str, Any]
         assert parameter["valueFrom"]["default"] == OUTPUT_DEFAULTS[name]
 
 
-@pytest.mark.parametrize("dropped", ["--run-uid", "--check-json", "--participants-json", "--snapshot"])
+@pytest.mark.parametrize("dropped", ["--run-uid", "--participants-json", "--snapshot"])
 def test_parser_refuses_missing_required_flag(template_args: list[str], dropped: str) -> None:
     argv = [substitute(a) for a in template_args]
     at = argv.index(dropped)
     del argv[at : at + 2]
     with pytest.raises(SystemExit):
         adapter_main.parser().parse_args(argv)
+
+
+@pytest.mark.parametrize("dropped", ["--check-json", "--check-index"])
+def test_a_check_step_without_its_check_is_refused(template_args: list[str], dropped: str) -> None:
+    """The parser allows it (the exit handler's --sweep-checks-json takes its place); the
+    adapter refuses (exit 2) before it connects to anything."""
+    argv = [substitute(a) for a in template_args]
+    at = argv.index(dropped)
+    del argv[at : at + 2]
+    assert adapter_main.main([*argv, "--kubeconfig", "/nonexistent/kubeconfig"]) == 2
 
 
 def test_parser_refuses_unknown_flag(template_args: list[str]) -> None:

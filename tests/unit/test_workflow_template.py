@@ -1,12 +1,20 @@
 """The adapter WorkflowTemplate is generated with hera: regenerate it in memory and fail on drift,
 then pin the contract the controller and the adapter are written against."""
 
+import json
 from typing import Any
 
 import pytest
 import yaml
 
-from adapter.workflow_template import COMMAND, OUTPUT_PATH, build_workflow_template, render
+from adapter.workflow_template import (
+    COMMAND,
+    OUTPUT_PATH,
+    RUNNER_IMAGE_ENV,
+    TERMINATION_GRACE_SECONDS,
+    build_workflow_template,
+    render,
+)
 
 PARAMETERS = {
     "run-name",
@@ -150,3 +158,23 @@ def test_suite_runs_one_check_then_recurses_only_while_the_check_says_proceed(do
     assert " && " in when
     assert "continueOn" not in next_step
     assert "continueOn" not in check_step, "a failed check must stop the suite"
+
+
+def test_steps_get_the_runner_image_a_termination_grace_and_an_exit_handler_that_sweeps() -> None:
+    spec = build_workflow_template("registry.example/adapter@sha256:" + "a" * 64, "registry.example/runner:9")["spec"]
+    templates = {t["name"]: t for t in spec["templates"]}
+    for name in ("check", "sweep"):
+        container = templates[name]["container"]
+        assert container["image"] == "registry.example/adapter@sha256:" + "a" * 64
+        assert container["env"] == [{"name": RUNNER_IMAGE_ENV, "value": "registry.example/runner:9"}]
+        assert json.loads(templates[name]["podSpecPatch"]) == {
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS
+        }
+    # Terminate skips exit handlers (the adapter's SIGTERM handling covers it); any other end
+    # but success runs the sweep over every check of the Run.
+    assert spec["onExit"] == "exit"
+    (step,) = [s for group in templates["exit"]["steps"] for s in group]
+    assert (step["template"], step["when"]) == ("sweep", "'{{workflow.status}}' != 'Succeeded'")
+    args = templates["sweep"]["container"]["args"]
+    assert args[args.index("--sweep-checks-json") + 1] == "{{workflow.parameters.checks}}"
+    assert "--check-index" not in args
