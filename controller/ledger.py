@@ -25,10 +25,9 @@ class LedgerError(ValueError):
 class Group:
     profile: str
     nodes: tuple[str, ...]
-    run_uid: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"profile": self.profile, "nodes": list(self.nodes), "runUID": self.run_uid}
+        return {"profile": self.profile, "nodes": list(self.nodes)}
 
 
 @dataclass(frozen=True)
@@ -57,12 +56,13 @@ class Ledger:
 def _group(run: str, raw: Any) -> Group:
     if not isinstance(raw, dict):
         raise LedgerError(f"group {run} is not an object")
+    # runUID: written by earlier versions (always empty); still accepted, never used.
     profile, nodes, uid = raw["profile"], raw["nodes"], raw.get("runUID", "")
     if not isinstance(profile, str) or not isinstance(uid, str):
         raise LedgerError(f"group {run}: profile and runUID must be strings")
     if not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes):
         raise LedgerError(f"group {run}: nodes must be a list of Node names")
-    return Group(profile, tuple(nodes), uid)
+    return Group(profile, tuple(nodes))
 
 
 def parse_ledger(config_map: Mapping[str, Any]) -> Ledger:

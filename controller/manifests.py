@@ -9,7 +9,6 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
 
 from controller.nodes import RESERVED_TAINT_KEY, NodeView
@@ -222,7 +221,3 @@ def _detail_of(annotation: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return detail if isinstance(detail, dict) else {}
-
-
-def timestamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")

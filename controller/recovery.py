@@ -14,8 +14,6 @@ from kubeio.errors import Conflict, NotFound
 from shared import keys
 from shared.conditions import is_true
 
-WORKFLOWS = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL)
-
 
 async def _run_uid(ctx: Context, name: str, namespace: str) -> str | None:
     run = await ctx.kube.get_or_none(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace or ctx.namespace, name))

@@ -8,8 +8,8 @@ import pytest
 
 from controller.ledger import LEDGER_NAME, Group, Ledger, LedgerError, ledger_data, ledger_object, parse_ledger
 
-G1 = Group("gpu-basic", ("n1", "n2"), "ru-1")
-G2 = Group("nccl", ("n7",), "ru-2")
+G1 = Group("gpu-basic", ("n1", "n2"))
+G2 = Group("nccl", ("n7",))
 FULL = Ledger(fence=7, holder="controller-a", groups={"run-b": G2, "run-a": G1}, resource_version="991")
 
 
@@ -31,7 +31,7 @@ def _config_map(data: dict[str, Any] | None, rv: str | None = "5") -> dict[str, 
         pytest.param(Ledger(), id="the empty initial ledger"),
         pytest.param(Ledger(fence=1, holder="c"), id="fenced, no groups"),
         pytest.param(FULL, id="two groups"),
-        pytest.param(Ledger(3, "c", {"r": Group("p", ())}), id="a group without Nodes or uid"),
+        pytest.param(Ledger(3, "c", {"r": Group("p", ())}), id="a group without Nodes"),
     ],
 )
 def test_round_trip(ledger: Ledger) -> None:
@@ -49,15 +49,14 @@ def test_ledger_data_is_canonical() -> None:
     assert data == {
         "fence": "7",
         "holder": "controller-a",
-        "groups": '{"run-a":{"nodes":["n1","n2"],"profile":"gpu-basic","runUID":"ru-1"},'
-        '"run-b":{"nodes":["n7"],"profile":"nccl","runUID":"ru-2"}}',
+        "groups": '{"run-a":{"nodes":["n1","n2"],"profile":"gpu-basic"},"run-b":{"nodes":["n7"],"profile":"nccl"}}',
     }
     reordered = Ledger(7, "controller-a", {"run-a": G1, "run-b": G2})
     assert ledger_data(reordered) == data
 
 
 def test_group_order_of_nodes_is_kept() -> None:
-    ledger = Ledger(1, "c", {"r": Group("p", ("z", "a", "m"), "u")})
+    ledger = Ledger(1, "c", {"r": Group("p", ("z", "a", "m"))})
     assert parse_ledger(_config_map(ledger_data(ledger))).groups["r"].nodes == ("z", "a", "m")
 
 
@@ -73,8 +72,13 @@ def test_group_order_of_nodes_is_kept() -> None:
         ),
         pytest.param(
             _config_map({"fence": "4", "groups": json.dumps({"r": {"profile": "p", "nodes": ["n"]}})}),
-            Ledger(4, "", {"r": Group("p", ("n",), "")}, "5"),
-            id="runUID and holder are optional",
+            Ledger(4, "", {"r": Group("p", ("n",))}, "5"),
+            id="holder is optional",
+        ),
+        pytest.param(
+            _config_map({"fence": "4", "groups": json.dumps({"r": {"profile": "p", "nodes": ["n"], "runUID": ""}})}),
+            Ledger(4, "", {"r": Group("p", ("n",))}, "5"),
+            id="a runUID written by an earlier version is accepted and ignored",
         ),
         pytest.param({"data": None, "metadata": {}}, Ledger(), id="null data and bare metadata"),
     ],
@@ -142,7 +146,7 @@ def test_with_group_adds_without_mutating() -> None:
 
 
 def test_with_group_replaces_a_group_of_the_same_run() -> None:
-    replaced = Group("gpu-basic", ("n3",), "ru-1")
+    replaced = Group("gpu-basic", ("n3",))
     assert dict(FULL.with_group("run-a", replaced).groups) == {"run-a": replaced, "run-b": G2}
 
 
