@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint deps kplane argo crds
+.PHONY: demo test lint deps kplane argo crds images mpi-operator
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
@@ -35,3 +35,12 @@ argo:
 
 crds: deps
 	$(BIN)/python -m shared.crdgen crds
+
+# The real Kubeflow MPI operator v0.8.0 from $SIGNAL_MPI_OPERATOR_SRC (local cluster only).
+mpi-operator:
+	localcluster/mpi-operator/build.sh >/dev/null
+
+# Container images without Docker (buildah on an mmdebstrap Debian base), cached by content:
+# OCI archives and their digests in .cache/images/ (index.json).
+images: deps argo mpi-operator
+	$(BIN)/python -m localcluster.images
