@@ -14,7 +14,6 @@ veths) is made here and removed by :func:`delete_bridge`; each node namespace di
 node's processes. Used by ``localcluster.realnode.node`` and ``.pool``.
 """
 
-import ipaddress
 import json
 import subprocess
 from dataclasses import dataclass
@@ -167,9 +166,3 @@ def used_slots() -> set[int]:
         if path.name.startswith(BRIDGE_PREFIX) and suffix.isdigit():
             found.add(int(suffix))
     return found
-
-
-def in_cluster_range(address: str, network: ClusterNetwork) -> bool:
-    """Whether ``address`` is a node or Pod address of this cluster."""
-    ip = ipaddress.ip_address(address)
-    return ip in ipaddress.ip_network(network.node_cidr) or ip in ipaddress.ip_network(network.pod_cidr)

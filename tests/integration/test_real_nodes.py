@@ -9,6 +9,7 @@ unauthorised callers.
 """
 
 import asyncio
+import json
 import ssl
 import subprocess
 import time
@@ -25,7 +26,7 @@ from localcluster.controlplane import ControlPlane
 from localcluster.fleet import RDMA_RESOURCE
 from localcluster.kube import KubeClient, Obj, resource_path
 from localcluster.realnode.configs import KUBELET_PORT
-from localcluster.realnode.images import TEST_IMAGE
+from localcluster.realnode.images import TEST_IMAGE, oci_archive, static_binary
 from localcluster.realnode.pki import KeyPair
 from localcluster.realnode.pool import RealNodes
 from shared import keys
@@ -176,6 +177,14 @@ async def test_pods_on_two_nodes_reach_each_other_by_ip_dns_and_the_kubernetes_s
     # The API server through the kubernetes Service (kube-proxy), by name and by cluster IP.
     assert exec_in_client("lookup", "kubernetes.default.svc.cluster.local").split() == ["10.96.0.1"]
     assert exec_in_client("connect", "kubernetes.default.svc.cluster.local:443").startswith("connected")
+    # In-cluster configuration: the Service's address from the environment, the CA and the
+    # Pod's own ServiceAccount token the kubelet mounted; authenticated (403, not 401).
+    status, _, body = exec_in_client("apiget", "/version").partition("\n")
+    assert status == "200"
+    assert json.loads(body)["gitVersion"].startswith("v1.36.")
+    status, _, body = exec_in_client("apiget", f"/api/v1/namespaces/{namespace}/secrets").partition("\n")
+    assert status == "403"
+    assert f"system:serviceaccount:{namespace}:default" in body
 
 
 async def test_kubelet_api_refuses_anonymous_and_unauthorised_callers(real: LocalCluster) -> None:
@@ -223,3 +232,19 @@ def _rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+async def test_an_imported_archive_runs_on_every_node(real: LocalCluster, tmp_path: Path) -> None:
+    """import_archive loads an OCI archive into every node's containerd (no registry)."""
+    name = f"localcluster.projectsignal.dev/imported-{uuid.uuid4().hex[:6]}:v1"
+    archive = oci_archive(name, {"tool": (static_binary().read_bytes(), 0o755)}, ["/tool"], tmp_path / "i.tar")
+    seconds = await nodes_of(real).import_archive(archive)
+    print(f"\nimported a {archive.stat().st_size / 2**20:.1f} MiB archive into 2 nodes in {seconds:.2f}s")
+    namespace = await new_namespace(real)
+    for node in ("node-1", "node-2"):
+        body = pod(f"imported-{node}", node, ["echo", "from", node])
+        body["spec"]["containers"][0]["image"] = name
+        await real.admin.create(resource_path("v1", "pods", namespace), body)
+    for node in ("node-1", "node-2"):
+        await wait_for(lambda node=node: _is(real.admin, namespace, f"imported-{node}", "Succeeded"), node, 120)  # type: ignore[misc]
+        assert kubectl(real, "-n", namespace, "logs", f"imported-{node}").strip() == f"from {node}"

@@ -1,6 +1,6 @@
 // Command signal-static is the one static program of the local cluster's real nodes. It is
 // the pause container of every Pod sandbox (as /pause), the holder of each node's namespaces,
-// and the test image's tool (as /nettest): serve, dial, connect, lookup, sleep and exit.
+// and the test image's tool (as /nettest): serve, dial, connect, apiget, lookup, sleep, exit.
 //
 // It has no dependencies beyond the Go standard library and is built with CGO_ENABLED=0, so
 // the images that hold it need nothing else.
@@ -8,9 +8,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -51,6 +54,8 @@ func main() {
 		dial(get(args, 1))
 	case "connect":
 		connect(get(args, 1))
+	case "apiget":
+		apiget(get(args, 1))
 	case "lookup":
 		lookup(get(args, 1))
 	case "hostname":
@@ -63,7 +68,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pause | nettest echo WORDS | exit CODE | sleep SECONDS | serve PORT | dial HOST:PORT | connect HOST:PORT | lookup NAME | hostname")
+	fmt.Fprintln(os.Stderr, "usage: pause | nettest echo WORDS | exit CODE | sleep SECONDS | serve PORT | dial HOST:PORT | connect HOST:PORT | apiget PATH | lookup NAME | hostname")
 	os.Exit(2)
 }
 
@@ -148,6 +153,35 @@ func connect(address string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// apiget GETs PATH from the API server with the Pod's in-cluster configuration (the
+// kubernetes Service from the environment, the ServiceAccount token and CA the kubelet mounts)
+// and prints the HTTP status code, then the body.
+func apiget(path string) {
+	const dir = "/var/run/secrets/kubernetes.io/serviceaccount/"
+	token, err := os.ReadFile(dir + "token")
+	check(err, "read token")
+	ca, err := os.ReadFile(dir + "ca.crt")
+	check(err, "read ca.crt")
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		check(fmt.Errorf("no certificate in ca.crt"), "ca.crt")
+	}
+	host := net.JoinHostPort(os.Getenv("KUBERNETES_SERVICE_HOST"), os.Getenv("KUBERNETES_SERVICE_PORT"))
+	client := &http.Client{
+		Timeout:   10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+	}
+	request, err := http.NewRequest(http.MethodGet, "https://"+host+path, nil)
+	check(err, "request")
+	request.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	response, err := client.Do(request)
+	check(err, "GET "+path)
+	defer response.Body.Close()
+	fmt.Println(response.StatusCode)
+	_, err = io.Copy(os.Stdout, response.Body)
+	check(err, "read body")
 }
 
 // lookup resolves NAME through /etc/resolv.conf (the Pod's cluster DNS) and prints its addresses.
