@@ -47,11 +47,6 @@ SYSTEM_NODE = "signal-system-0"
 SYSTEM_NODE_LABEL = "projectsignal.dev/local-system"
 
 
-def extra_crd_files(build_dir: Path) -> list[Path]:
-    """The Argo CRDs the controller waits for beyond those in the upstream CRD directory."""
-    return sorted((build_dir / "crds").glob("*.yaml"))
-
-
 def controller_config(instance_id: str = "") -> Obj:
     """The workflow-controller's configuration (the ConfigMap's ``config`` key). With an
     ``instance_id`` it runs only Workflows labelled ``workflows.argoproj.io/controller-instanceid``

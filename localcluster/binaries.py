@@ -38,14 +38,21 @@ def argo_build_dir() -> Path:
     return _build(ARGO_BUILD_SCRIPT, "Argo Workflows")
 
 
-def upstream_crds_dir() -> Path:
-    """Upstream Argo and MPI operator CRDs: ``$SIGNAL_UPSTREAM_CRDS`` or ../shared/upstream-crds."""
-    configured = os.environ.get("SIGNAL_UPSTREAM_CRDS")
-    path = Path(configured) if configured else REPO_ROOT.parent / "shared" / "upstream-crds"
-    if not path.is_dir():
+MPI_OPERATOR_VERSION = "v0.8.0"
+MPI_OPERATOR_REPOSITORY = "https://github.com/kubeflow/mpi-operator"
+
+
+def mpi_operator_src() -> Path:
+    """The Kubeflow MPI operator's source tree at v0.8.0 (its CRD, and its source for a build):
+    ``$SIGNAL_MPI_OPERATOR_SRC``, default ``../shared/upstream-src/mpi-operator-v0.8.0`` beside
+    this repository. Elsewhere: ``git clone --branch v0.8.0`` of the upstream repository."""
+    configured = os.environ.get("SIGNAL_MPI_OPERATOR_SRC")
+    path = Path(configured) if configured else REPO_ROOT.parent / "shared" / "upstream-src" / "mpi-operator-v0.8.0"
+    if not (path / "manifests" / "base" / "kubeflow.org_mpijobs.yaml").is_file():
         raise FileNotFoundError(
-            f"upstream CRDs not found at {path}: set SIGNAL_UPSTREAM_CRDS to a directory "
-            "holding the Argo Workflows (full/) and MPI operator CRD YAML files"
+            f"the Kubeflow MPI operator's source ({MPI_OPERATOR_VERSION}) is not at {path} "
+            f"(no manifests/base/kubeflow.org_mpijobs.yaml there): run `git clone --branch "
+            f"{MPI_OPERATOR_VERSION} {MPI_OPERATOR_REPOSITORY} DIR` and set SIGNAL_MPI_OPERATOR_SRC=DIR"
         )
     return path
 

@@ -15,7 +15,7 @@ from types import TracebackType
 import structlog
 
 from localcluster import identities
-from localcluster.argoworkflows import ArgoController, extra_crd_files, system_node
+from localcluster.argoworkflows import ArgoController, system_node
 from localcluster.binaries import argo_build_dir
 from localcluster.controlplane import ControlPlane
 from localcluster.crds import (
@@ -94,12 +94,12 @@ class LocalCluster:
         self.plane.start_api()
         self.timings["api"] = time.monotonic() - began
         self.admin_client = identities.admin(self.plane).client()
-        files = project_crd_files() + (upstream_crd_files() if self.install_upstream else [])
+        files = project_crd_files()
         argo_dir = None
-        if self.install_upstream and self.with_argo:
-            say("building (or finding) Argo Workflows' workflow-controller and argoexec")
+        if self.install_upstream:
+            say("building (or finding) Argo Workflows' workflow-controller and argoexec (and its CRDs)")
             argo_dir = await asyncio.to_thread(argo_build_dir)
-            files += extra_crd_files(argo_dir)
+            files += upstream_crd_files(argo_dir)
         say(f"installing {len(files)} CRDs")
         await install_crds(self.admin, files)
         self.timings["crds"] = time.monotonic() - began
@@ -126,7 +126,7 @@ class LocalCluster:
         if self.install_upstream:
             self.mpi_operator = MPIOperator(self.admin)
             await self.mpi_operator.start()
-        if argo_dir is not None:
+        if argo_dir is not None and self.with_argo:
             say("starting Argo's workflow-controller")
             node = system_node(self.kubelet.api_port)
             self.simulated.add(node["metadata"]["name"])

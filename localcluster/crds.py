@@ -1,5 +1,10 @@
 """Installs Signal's generated CRDs and the upstream Argo Workflows and MPIJob CRDs, and
-proves the real garbage collector works (a canary)."""
+proves the real garbage collector works (a canary).
+
+The upstream CRDs come from what the repository already fetches, never from files beside it:
+Argo's from the Argo Workflows module that ``localcluster/argo/build.sh`` downloads (copied
+into its build's ``crds/``), the MPIJob CRD from the MPI operator's source tree
+(``localcluster.binaries.mpi_operator_src``)."""
 
 import asyncio
 import time
@@ -7,33 +12,29 @@ from pathlib import Path
 
 import yaml
 
-from localcluster.binaries import REPO_ROOT, upstream_crds_dir
+from localcluster.binaries import REPO_ROOT, mpi_operator_src
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 
 CRD_API = "apiextensions.k8s.io/v1"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-UPSTREAM_FILES = (
-    "argoproj.io_workflows.yaml",
-    "argoproj.io_workflowtemplates.yaml",
-    "argoproj.io_workflowtaskresults.yaml",
-    "kubeflow.org_mpijobs.yaml",
-)
+ARGO_CRDS = ("argoproj.io_workflows.yaml", "argoproj.io_workflowtemplates.yaml", "argoproj.io_workflowtaskresults.yaml")
+MPIJOB_CRD = Path("manifests") / "base" / "kubeflow.org_mpijobs.yaml"
 
 
 def project_crd_files() -> list[Path]:
     return sorted((REPO_ROOT / "crds").glob("*.yaml"))
 
 
-def upstream_crd_files(root: Path | None = None) -> list[Path]:
-    """The full upstream CRDs Signal needs (a ``full/`` copy is preferred to ``minimal/``)."""
-    root = root or upstream_crds_dir()
-    found: list[Path] = []
-    for name in UPSTREAM_FILES:
-        candidates = sorted(root.rglob(name), key=lambda p: ("minimal" in p.parts, str(p)))
-        if not candidates:
-            raise FileNotFoundError(f"{name} not found under {root}; set SIGNAL_UPSTREAM_CRDS")
-        found.append(candidates[0])
-    return found
+def upstream_crd_files(argo_build: Path, mpi_src: Path | None = None) -> list[Path]:
+    """Every Argo CRD of the Argo build (the kinds Signal uses with full schemas, those the
+    workflow-controller waits for) and the MPI operator's MPIJob CRD."""
+    argo = sorted((argo_build / "crds").glob("*.yaml"))
+    missing = [name for name in ARGO_CRDS if not (argo_build / "crds" / name).is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{', '.join(missing)} not in {argo_build / 'crds'}; rebuild Argo with localcluster/argo/build.sh"
+        )
+    return [*argo, (mpi_src or mpi_operator_src()) / MPIJOB_CRD]
 
 
 async def apply_crd(kube: KubeClient, document: Obj) -> str:

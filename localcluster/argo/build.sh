@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds Argo Workflows' workflow-controller, argoexec and argo CLI (v4.0.5, the only v4 release
 # the Go module proxy serves) for the local control plane and `argo lint --offline`, and copies
-# from the same module the CRDs
-# the controller waits for that ../shared/upstream-crds does not hold. LOCAL TEST
-# INFRASTRUCTURE ONLY: that release has reported security flaws, so these binaries are never
-# shipped in an image or a deployment.
+# from the same module the CRDs the local cluster installs (crds/): Workflow, WorkflowTemplate
+# and WorkflowTaskResult with their full schemas, and the kinds the controller's informers wait
+# for with minimal ones. LOCAL TEST INFRASTRUCTURE ONLY: that release has reported security
+# flaws, so these binaries are never shipped in an image or a deployment.
 # Cached: rebuilt only when go.mod, go.sum, overlay/ or the Go version change (content hash in
 # the name). Prints the directory holding the binaries (and crds/) on stdout as its last line.
 set -euo pipefail
@@ -19,9 +19,11 @@ tools=(workflow-controller argoexec argo)
 # The kinds whose informers workflow-controller waits for, beyond Workflow, WorkflowTemplate and
 # WorkflowTaskResult (minimal schemas: the controller only lists and watches them here).
 extra_crds=(workflowtasksets workflowartifactgctasks clusterworkflowtemplates cronworkflows workfloweventbindings)
+# The kinds Signal uses, with their full schemas (validation as on a real cluster).
+full_crds=(workflows workflowtemplates workflowtaskresults)
 cached=1
 for tool in "${tools[@]}"; do [[ -x "$out/$tool" ]] || cached=0; done
-for crd in "${extra_crds[@]}"; do [[ -f "$out/crds/argoproj.io_$crd.yaml" ]] || cached=0; done
+for crd in "${extra_crds[@]}" "${full_crds[@]}"; do [[ -f "$out/crds/argoproj.io_$crd.yaml" ]] || cached=0; done
 if [[ $cached == 1 ]]; then
   echo "argo: cached build $out" >&2
   echo "$out"
@@ -57,6 +59,9 @@ for tool in "${tools[@]}"; do
 done
 for crd in "${extra_crds[@]}"; do
   cp "$module_dir/manifests/base/crds/minimal/argoproj.io_$crd.yaml" "$out/crds/"
+done
+for crd in "${full_crds[@]}"; do
+  cp "$module_dir/manifests/base/crds/full/argoproj.io_$crd.yaml" "$out/crds/"
 done
 chmod -R u+w "$out/crds"
 echo "argo: built $out in $(( $(date +%s) - start ))s" >&2
