@@ -23,7 +23,7 @@ import pytest
 from localcluster.binaries import kplane_binary
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import ControlPlane
-from localcluster.fleet import RDMA_RESOURCE
+from localcluster.fleet import RDMA_RESOURCE, SimNode
 from localcluster.kube import KubeClient, Obj, resource_path
 from localcluster.realnode.configs import KUBELET_PORT
 from localcluster.realnode.images import TEST_IMAGE, oci_archive, static_binary
@@ -248,3 +248,29 @@ async def test_an_imported_archive_runs_on_every_node(real: LocalCluster, tmp_pa
     for node in ("node-1", "node-2"):
         await wait_for(lambda node=node: _is(real.admin, namespace, f"imported-{node}", "Succeeded"), node, 120)  # type: ignore[misc]
         assert kubectl(real, "-n", namespace, "logs", f"imported-{node}").strip() == f"from {node}"
+
+
+async def test_simulated_nodes_still_run_beside_real_ones(real: LocalCluster) -> None:
+    """The process kubelet keeps serving simulated Nodes, and the API server (which now verifies
+    every kubelet's certificate against the cluster CA) still reaches it for ``pods/exec``."""
+    namespace = await new_namespace(real)
+    assert real.kubelet is not None
+    node = SimNode("sim-1").manifest()
+    node["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": real.kubelet.api_port}}
+    real.simulated.add("sim-1")
+    await real.admin.create(resource_path("v1", "nodes"), node)
+    body = pod("simulated", "sim-1", [])
+    body["spec"]["containers"][0] = {"name": "main", "image": "busybox", "command": ["sleep", "300"]}
+    await real.admin.create(resource_path("v1", "pods", namespace), body)
+    await wait_for(lambda: _is(real.admin, namespace, "simulated", "Running"), "the simulated Pod running", 60)
+    binary = kplane_binary()
+    argv = [str(binary), "kubectl", f"--kubeconfig={real.plane.admin_kubeconfig}", "-n", namespace]
+    # The process kubelet delivers the signal, then refuses the stream (it has none to attach).
+    command = [*argv, "exec", "simulated", "--", "/bin/sh", "-c", "kill -15 1"]
+    # Off the event loop: the process kubelet answering this exec runs on it.
+    answer = await asyncio.to_thread(subprocess.run, command, capture_output=True, text=True, timeout=60, check=False)
+    assert "x509" not in answer.stderr
+    await wait_for(
+        lambda: _is(real.admin, namespace, "simulated", "Failed"), f"the signalled Pod ({answer.stderr})", 60
+    )
+    await real.remove_node("sim-1")
