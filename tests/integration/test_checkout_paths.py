@@ -18,7 +18,6 @@ from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, Obj, resource_path
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
 IMAGE = "example.test/tmp-tool"
 
 
@@ -55,6 +54,7 @@ async def _finished(admin: KubeClient, path: str, timeout: float = 60.0) -> Obj:
     raise AssertionError(f"Pod {path} did not finish within {timeout}s: {pod.get('status')}")
 
 
+@pytest.mark.asyncio(loop_scope="session")
 async def test_a_binary_under_tmp_runs_in_a_private_mount_namespace(
     cluster: LocalCluster, admin: KubeClient, namespace: str, tool_under_tmp: Path, tmp_path: Path
 ) -> None:
