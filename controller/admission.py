@@ -17,6 +17,7 @@ from controller import events
 from controller.ledger import Group, Ledger
 from controller.manifests import (
     GROUP_HASH_LABEL,
+    controlled_by,
     group_hash,
     release_patch,
     reservation_patch,
@@ -28,6 +29,7 @@ from controller.manifests import (
 from controller.nodes import node_view
 from controller.selection import Selection
 from controller.state import Context, log
+from controller.workqueue import TerminalError
 from kubeio.client import Obj, resource_path
 from kubeio.errors import AlreadyExists, Conflict, NotFound
 from shared import keys
@@ -223,6 +225,15 @@ async def submit_workflow(ctx: Context, run: Obj) -> Obj:
         workflow = await ctx.kube.create(path, body)
     except AlreadyExists:
         workflow = await ctx.kube.get(f"{path}/{body['metadata']['name']}")
+        if not controlled_by(workflow, run):
+            # Never adopt what the Run does not own: its steps and reported digests would be
+            # someone else's. The Run ends (Inconclusive); the stranger's Workflow is left alone.
+            name = workflow["metadata"]["name"]
+            raise TerminalError(
+                "WorkflowNotOwned",
+                f"Workflow {ctx.namespace}/{name} exists but is not owned by Run {run['metadata']['name']}; "
+                "Signal never adopts it: find who created it, then delete it and request the Nodes again",
+            ) from None
     now = ctx.clock()
     conditions = run.get("status", {}).get("conditions") or []
     generation = run["metadata"].get("generation")

@@ -214,6 +214,9 @@ class LeaderElector:
                     self.leadership.lose("another replica holds the Lease")
                     return
                 self.renewals += 1
+        except asyncio.CancelledError:
+            self.leadership.lose("the controller is stopping")
+            raise
         finally:
             self.leadership.lose("the renewal task ended")
-            log.error("leadership lost", identity=self.identity, reason=self.leadership.reason)
+            log.warning("leadership ended", identity=self.identity, reason=self.leadership.reason)

@@ -49,6 +49,17 @@ def owner_reference(run: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def controlled_by(obj: Mapping[str, Any], run: Mapping[str, Any]) -> bool:
+    """Whether ``run`` is ``obj``'s controller (an ownerReference with its uid and
+    ``controller: true``): the only children Signal uses, adopts or deletes."""
+    uid = run["metadata"]["uid"]
+    owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(
+        isinstance(o, dict) and o.get("uid") == uid and o.get("controller") is True and o.get("kind") == keys.RUN_KIND
+        for o in owners
+    )
+
+
 def run_manifest(
     *,
     profile: CertificationProfile,
