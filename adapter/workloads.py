@@ -167,9 +167,10 @@ def tolerations(inputs: Inputs) -> list[dict[str, Any]]:
 
 
 def node_affinity(nodes: list[str]) -> dict[str, Any]:
-    """Required node affinity on the Nodes' names (kubelets cannot change a Node's name)."""
-    term = {"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": list(nodes)}]}
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    """Required node affinity on the Nodes' names (kubelets cannot change a Node's name): one
+    term per Node (the terms are ORed; the API server allows one value per field selector)."""
+    terms = [{"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}]} for node in nodes]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
 def _pod_spec(inputs: Inputs, container: dict[str, Any], *, deadline: int | None = None) -> dict[str, Any]:

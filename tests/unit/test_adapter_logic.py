@@ -473,7 +473,8 @@ def test_mpijob_shape() -> None:
     terms = worker_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms == {
         "nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-000", "gpu-001", "gpu-002"]}]}
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            for node in ["gpu-000", "gpu-001", "gpu-002"]
         ]
     }
     anti = worker_spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]

@@ -29,11 +29,14 @@ def pod_templates(job: Obj) -> list[Obj]:
 
 def node_names(spec: Obj) -> list[str]:
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert len(terms) == 1
-    assert list(terms[0]) == ["matchFields"]
-    (field,) = terms[0]["matchFields"]
-    assert (field["key"], field["operator"]) == ("metadata.name", "In")
-    return list(field["values"])
+    names = []
+    for term in terms:  # ORed; the API server allows one value per field selector
+        assert list(term) == ["matchFields"]
+        (field,) = term["matchFields"]
+        assert (field["key"], field["operator"]) == ("metadata.name", "In")
+        (name,) = field["values"]
+        names.append(name)
+    return names
 
 
 def test_backend_pods_tolerate_the_cordon_and_exactly_the_profiles_taints() -> None:
