@@ -170,6 +170,8 @@ class LocalCluster:
         if self.admin_client:
             await attempt(self.admin_client.close)
         await attempt(lambda: asyncio.to_thread(self.plane.stop))
+        if self.realnodes:  # the bridge goes last: the API server listened on it
+            await attempt(lambda: asyncio.to_thread(realnodes.release))
         if failures:
             raise failures[0]
 

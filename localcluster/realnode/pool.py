@@ -4,7 +4,8 @@ become Ready Nodes with GPU, RDMA, zone and rack like the simulated fleet's.
 
 Order (driven by ``localcluster.cluster.LocalCluster``): :meth:`RealNodes.prepare` before the
 API server starts (it must listen on the bridge and trust the CA), :meth:`RealNodes.start` once
-the controllers run, :meth:`RealNodes.stop` before the control plane stops. A start first
+the controllers run, :meth:`RealNodes.stop` before the control plane stops and
+:meth:`RealNodes.release` after. A start first
 sweeps what killed clusters left on the host (``hoststate.sweep``).
 """
 
@@ -255,8 +256,9 @@ class RealNodes:
             node.check_running()
 
     def stop(self) -> None:
-        """Stop every node process and CoreDNS, then remove all host state (what the nodes'
-        containerd started included) and the record."""
+        """Stop every node process and CoreDNS and kill what the nodes' containerd started (the
+        cgroup subtree). The bridge stays until :meth:`release`, so that the API server, which
+        listens on it, can still shut down cleanly."""
         failures: list[BaseException] = []
         for node in reversed(self.nodes):
             try:
@@ -266,6 +268,15 @@ class RealNodes:
         if self._coredns is not None and self._coredns.poll() is None:
             self._coredns.terminate()
             self._coredns.wait(10)
+        if self.net is not None:
+            hoststate.kill_subtree(self.cgroup)
+            hoststate.remove_cgroups(self.cgroup)
+        if failures:
+            raise failures[0]
+
+    def release(self) -> None:
+        """After the control plane stopped: remove all host state (``stop`` first if it was not
+        called), the record and the nodes' directory, and dismiss the janitor."""
         if self._record is not None:
             with hoststate.locked():
                 hoststate.clean(self._record)
@@ -275,8 +286,6 @@ class RealNodes:
             os.close(self._janitor_pipe)
             self._janitor_pipe = -1
         shutil.rmtree(self.directory, ignore_errors=True)
-        if failures:
-            raise failures[0]
 
     def logs(self, lines: int = 20) -> str:
         """The last lines of every node process's log."""

@@ -191,5 +191,6 @@ def test_the_next_start_cleans_what_a_killed_cluster_and_janitor_left(
         assert json.loads(nodes._record.read_text())["owner"][0] == os.getpid()
     finally:
         nodes.stop()
+        nodes.release()
     assert leftovers(info) == []
     assert host_view() == before
