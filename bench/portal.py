@@ -5,8 +5,9 @@ is built directly from synthetic envelopes (classified, as the portal builds the
 Prints: time to build the index; p50 and p99 latency of a first page and of a last page of
 100 results (an opaque continuation token pointing just before the last 100), and of one
 filtered query; the fleet view the dashboard polls (/api/v1/fleet, 200 rows per check): its
-first answer from a new index snapshot, then cached; the resident memory of the process before
-and after the index. Asserts nothing.
+first answer from a new index snapshot, then cached, then the first answer for a second
+caller's sight (results only, no Node health: a slice of what the snapshot precomputed, in a
+worker thread); the resident memory of the process before and after the index. Asserts nothing.
 
     .venv/bin/python bench/portal.py [--nodes 10000] [--checks 10] [--requests 300]
 """
@@ -25,9 +26,10 @@ import aiohttp
 from aiohttp import web
 
 from portal.api import make_app
-from portal.auth import OpenAccess
+from portal.auth import Caller, OpenAccess
 from portal.index import Entry, Index, RegisteredCheck, entry_of
 from portal.pagination import encode_token
+from portal.sight import EVERYTHING, Sight
 from shared.classify import classified
 from shared.envelope import (
     ENVELOPE_SCHEMA,
@@ -106,6 +108,16 @@ def synthetic(nodes: int, checks: int) -> list[Entry]:
     return entries
 
 
+class TwoCallers(OpenAccess):
+    """``Bearer results``: results only (no Nodes, no profiles); anyone else: everything."""
+
+    async def caller(self, authorization: str | None, remote: str = "") -> Caller:
+        return Caller((authorization or "").removeprefix("Bearer "))
+
+    async def sight(self, caller: Caller, workspaces: object) -> Sight:
+        return Sight(frozenset({"signal-system"})) if caller.user == "results" else EVERYTHING
+
+
 class Fixed:
     def __init__(self, index: Index) -> None:
         self.index = index
@@ -142,7 +154,7 @@ async def main(nodes: int, checks: int, requests: int) -> None:
     built = time.perf_counter() - began
     after = rss_mib()
     counts = index.counts()
-    runner = web.AppRunner(make_app(Fixed(index), OpenAccess()), access_log=None)
+    runner = web.AppRunner(make_app(Fixed(index), TwoCallers()), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -171,6 +183,12 @@ async def main(nodes: int, checks: int, requests: int) -> None:
         print(f"{'fleet view, first answer':<26} {cold:6.1f} ms ({size / 1024:.0f} KiB, {checks} checks x 200 rows)")
         p50, p99, items = await measure(session, fleet, requests)
         print(f"{'fleet view, cached':<26} p50 {p50:6.2f} ms   p99 {p99:6.2f} ms   ({items} checks, {requests} calls)")
+        began = time.perf_counter()
+        async with session.get(fleet, headers={"Authorization": "Bearer results"}) as response:
+            size = len(await response.read())
+            assert response.status == 200
+        other = (time.perf_counter() - began) * 1000
+        print(f"{'fleet view, 2nd sight':<26} {other:6.1f} ms ({size / 1024:.0f} KiB, first answer for that sight)")
     print(f"resident memory after serving: {rss_mib():.0f} MiB")
     await runner.cleanup()
 

@@ -11,8 +11,9 @@ have no result of (``list certificationprofiles.projectsignal.dev``).
 Answers are cached briefly (``ttl``) in bounded LRU caches, by a hash of the token and by
 (user, question). Failed authentications are rate-limited per client address
 (``FailureLimiter``): once an address has spent its budget, a token the portal has not seen
-gets 429 without a TokenReview, so garbage tokens cannot flood the API server (tokens already
-cached as valid keep working). ``none``: every request sees
+gets 429 without a TokenReview, so garbage tokens cannot flood the API server (a token the API
+server accepted within the last hour is exempt: an authenticated session is never locked out
+by someone else's garbage). ``none``: every request sees
 everything (local use only). The portal's own identity creates these reviews and nothing else.
 """
 
@@ -37,6 +38,7 @@ TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 DEFAULT_AUDIENCE = "signal-portal"
 MAX_TOKEN = 8192
+KNOWN_TTL = 3600.0
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -156,6 +158,8 @@ class ReviewAccess:
         self.audience = audience
         self.ttl = ttl
         self.tokens: Lru[str, Caller | None] = Lru(max_entries)
+        self.known: Lru[str, bool] = Lru(max_entries)
+        """Hashes of tokens the API server accepted (for KNOWN_TTL): exempt from the limiter."""
         self.access: Lru[tuple[Caller, str, str], bool] = Lru(max_entries)
         self.limiter = limiter or FailureLimiter()
 
@@ -167,11 +171,16 @@ class ReviewAccess:
         digest = hashlib.sha256(token.encode()).hexdigest()
         cached, found = self.tokens.get(digest)
         if not cached:
-            self.limiter.check(remote)  # only a new token costs the API server a review
+            # Only a token never seen valid is limited: an authenticated session whose cached
+            # answer expired is reviewed again even while garbage floods from its address.
+            if not self.known.get(digest)[0]:
+                self.limiter.check(remote)
             found = await self._review_token(token)
             self.tokens.put(digest, found, self.ttl)
             if found is None:
                 self.limiter.failed(remote)
+            else:
+                self.known.put(digest, True, KNOWN_TTL)
         if found is None:
             raise Unauthenticated(
                 f"the token was not accepted for audience {self.audience!r}; "

@@ -392,12 +392,16 @@ async def test_each_state_comes_from_real_runs(
     assert detail["detailsSchema"] == detail["details"]["schema"] == "projectsignal.dev/check-evidence/v1"
     assert detail["target"] == {"name": node("pass"), "uid": n["pass"][0]["metadata"]["uid"], "index": 0}
     assert detail["cleanup"] == "Complete"
-    async with fleet_reader(admin, namespace, "viewer"):
-        summary = (await portal.get(f"/api/v1/nodes/{node('fail')}", token)).json()
+    # Registered checks without a result, to a caller who may list profiles and Nodes (a fresh
+    # identity: the portal caches each caller's access answers for a few seconds).
+    await grant_runs(admin, namespace, "operator")
+    async with fleet_reader(admin, namespace, "operator"):
+        operator = await mint(admin, namespace, "operator", [AUDIENCE])
+        summary = (await portal.get(f"/api/v1/nodes/{node('fail')}", operator)).json()
         rows = {row["check"]: row["state"] for row in summary["checks"]}
         assert rows[f"{main}/check-0"] == "Failed"
         assert rows[f"{short}/check-0"] == "Unknown"  # registered, no result for this Node
-        checks = {c["id"]: c for c in (await portal.get("/api/v1/checks", token)).json()["items"]}
+        checks = {c["id"]: c for c in (await portal.get("/api/v1/checks", operator)).json()["items"]}
     assert checks[f"{short}/check-0"]["freshnessSeconds"] == 1800
     assert checks[f"{main}/check-0"]["freshnessSeconds"] == 7 * 86400  # neither: shared DEFAULT_FRESHNESS
     assert checks[f"{fresh}/check-0"]["freshnessSeconds"] == 1800
