@@ -8,7 +8,9 @@ data, not a step failure); 2 when the adapter refused to act (missing, replaced,
 or cancelled Run, parameters that disagree with the Run, workloads of another check still
 present); 1 on any other adapter error; 3 when SIGTERM interrupted the check (Argo's
 Terminate, the suite deadline): its workloads were removed as after a finished check and its
-evidence (Inconclusive where unfinished) persisted first. A non-zero exit fails the step, so
+evidence (Inconclusive where unfinished) persisted first; 4 when an admission policy the
+adapter relies on is not in force in the Run's namespace (adapter/policy.py: checked with
+server-side dry-runs before anything is created). A non-zero exit fails the step, so
 no later check starts; ``proceed`` keeps its default ``false``. The step Pod's termination
 grace period leaves time for that quiescence.
 """
@@ -26,11 +28,14 @@ import structlog
 
 from adapter.check import Interrupted, Settings, clean_up, run_check
 from adapter.inputs import Refusal, parse_inputs
+from adapter.policy import require_policies
 from adapter.workflow_template import OUTPUT_DIR, RUNNER_IMAGE_ENV
 from adapter.workloads import DEFAULT_RUNNER_IMAGE, DEFAULT_SSHD
+from kubeio.admission import PolicyNotInForce
 from kubeio.client import Kube
 from kubeio.errors import ApiError
 from kubeio.logs import configure_logging
+from shared.policies import EXIT_POLICY_NOT_IN_FORCE
 
 log = structlog.get_logger("signal-adapter")
 INTERRUPTED = 3
@@ -59,6 +64,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mpi-worker-sshd", default=DEFAULT_SSHD, help="sshd path in the runner image for MPI workers")
     p.add_argument("--start-grace-seconds", type=float, default=60.0, help="wait beyond the check deadline")
     p.add_argument("--quiesce-seconds", type=float, default=60.0, help="bound on proving the workloads gone")
+    p.add_argument(
+        "--policy-wait-seconds",
+        type=float,
+        default=float(os.environ.get("SIGNAL_POLICY_WAIT_SECONDS", "30")),
+        help="how long to wait for the admission policies to be in force before refusing to run",
+    )
     p.add_argument("--log-format", choices=["json", "console"], default="json")
     return p
 
@@ -123,6 +134,7 @@ async def adapt(args: argparse.Namespace) -> int:
         loop.add_signal_handler(number, stop.set)
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-adapter")
     try:
+        await require_policies(kube, inputs.run_namespace, wait_seconds=args.policy_wait_seconds)
         report = await run_check(kube, inputs, settings, stop)
     finally:
         log.info("api requests", **kube.requests)
@@ -156,6 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Refusal as exc:
         log.error("refusing to act", reason=str(exc))
         return 2
+    except PolicyNotInForce as exc:
+        log.error("refusing to run: an admission policy is not in force", reason=str(exc))
+        return EXIT_POLICY_NOT_IN_FORCE
     except Interrupted as exc:
         log.error("interrupted; the step fails and no later check starts", reason=str(exc))
         return INTERRUPTED

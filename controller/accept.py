@@ -2,9 +2,16 @@
 GETs, decide fail-closed (shared/acceptance.py), persist the Run's evidence document, project
 the result onto the Nodes, and end the Run. Safe to repeat and to interrupt, in this order:
 
-1. the Run's evidence ConfigMap ``<run>-evidence`` (immutable; if it already exists, its
-   recorded decision is the decision: a retry never decides twice);
-2. the projection on each Node (conditioned on its resourceVersion; monotonic);
+1. the Run's evidence ConfigMap ``<run>-evidence`` (immutable, with a controller
+   ownerReference to the Run). If it already exists, its recorded decision is the decision (a
+   retry never decides twice), but only if it is adopted (controller/evidence_adoption.py): this Run
+   owns it as controller, and re-deriving the decision from the check evidence embedded in it
+   and the digests reported to Argo gives the same phase and per-Node verdicts. A document that
+   is not adopted ends the Run ``Inconclusive`` (reason ``EvidenceNotAdopted``, naming the
+   ConfigMap), with a warning Event ``EvidenceRejected`` and the metric
+   ``signal_evidence_rejected_total``; its participants get ``Inconclusive``;
+2. the projection on each Node (conditioned on its resourceVersion; monotonic), only ever on
+   the Run's participants;
 3. the Run's terminal status.
 """
 
@@ -13,7 +20,11 @@ import contextlib
 import json
 from typing import Any
 
+from prometheus_client import Counter
+
 from controller import events, metrics
+from controller.evidence_adoption import adoption_problem
+from controller.manifests import owner_reference
 from controller.projection import detail, node_condition, projection_patch, recorded
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
@@ -21,11 +32,26 @@ from kubeio.errors import AlreadyExists, Conflict, NotFound
 from shared import keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA, CheckInput, RunDecision, assess_check, decide, run_document
 from shared.conditions import set_condition
-from shared.evidence import EvidenceError, config_map, decode_document
+from shared.evidence import CHECK_EVIDENCE_SCHEMA, EvidenceError, config_map, decode_document
 from shared.run import Phase, Verdict
 
 NODE_PATCH_ATTEMPTS = 5
 WORKFLOWS = "argoproj.io/v1alpha1"
+NOT_ADOPTED = "EvidenceNotAdopted"
+EVIDENCE_REJECTED = Counter(
+    "signal_evidence_rejected",
+    "Run evidence documents found stored but not adopted (not owned by the Run, or not re-derivable)",
+    registry=metrics.REGISTRY,
+)
+
+
+class NotAdopted(Exception):
+    """A stored Run evidence document that the controller will not adopt."""
+
+    def __init__(self, config_map: str, why: str) -> None:
+        super().__init__(f"ConfigMap {config_map} was not adopted as the Run's evidence: {why}")
+        self.config_map = config_map
+        self.why = why
 
 
 def evidence_name(run_name: str) -> str:
@@ -51,8 +77,58 @@ def reported_digests(workflow: Obj | None) -> dict[int, str]:
 
 
 def _owner(run: Obj) -> Obj:
+    """A controller ownerReference: adoption requires it (controller/evidence_adoption.py)."""
+    return owner_reference(run)
+
+
+async def _node_uids(ctx: Context, run: Obj) -> dict[str, str | None]:
+    uids: dict[str, str | None] = {}
+    for participant in run["spec"]["participants"]:
+        node = await ctx.kube.get_or_none(resource_path("v1", "nodes", name=participant["nodeName"]))
+        uids[participant["nodeName"]] = node["metadata"]["uid"] if node else None
+    return uids
+
+
+async def _check_digests(ctx: Context, run: Obj, workflow: Obj | None) -> dict[int, str]:
+    """Per check, the digest the adapter reported to Argo; once the Workflow no longer says,
+    the digest of the stored check evidence ConfigMap (Run-owned; admission-protected)."""
+    found = reported_digests(workflow)
+    path = resource_path("v1", "configmaps", ctx.namespace)
+    for index in range(len(run["spec"]["checks"])):
+        if index in found:
+            continue
+        cm = await ctx.kube.get_or_none(f"{path}/{check_evidence_name(run['metadata']['name'], index)}")
+        owners = {r.get("uid") for r in ((cm or {}).get("metadata") or {}).get("ownerReferences") or []}
+        if cm is None or run["metadata"]["uid"] not in owners:
+            continue
+        with contextlib.suppress(EvidenceError):
+            found[index] = decode_document(cm, CHECK_EVIDENCE_SCHEMA)[1]
+    return found
+
+
+async def _adopt(ctx: Context, run: Obj, workflow: Obj | None, existing: Obj) -> tuple[Obj, str, int]:
+    """The stored Run evidence document, if it may be adopted; raise NotAdopted otherwise."""
     meta = run["metadata"]
-    return {"apiVersion": keys.API_VERSION, "kind": keys.RUN_KIND, "name": meta["name"], "uid": meta["uid"]}
+    name = f"{ctx.namespace}/{evidence_name(meta['name'])}"
+    try:
+        document, digest = decode_document(existing, RUN_EVIDENCE_SCHEMA)
+    except EvidenceError as exc:
+        raise NotAdopted(name, f"it is unreadable: {exc}") from exc
+    phase = (
+        (workflow or {}).get("status", {}).get("phase") if workflow else (document.get("workflow") or {}).get("phase")
+    )
+    problem = adoption_problem(
+        run,
+        existing,
+        document,
+        reported=await _check_digests(ctx, run, workflow),
+        node_uids=await _node_uids(ctx, run),
+        workflow_phase=phase,
+    )
+    if problem is not None:
+        raise NotAdopted(name, problem)
+    size = len(base64.b64decode(existing.get("binaryData", {}).get("evidence.json.gz", "")))
+    return document, digest, size
 
 
 async def _decide(ctx: Context, run: Obj, workflow: Obj | None, deadline_passed: bool) -> tuple[Obj, str, int]:
@@ -68,10 +144,7 @@ async def _decide(ctx: Context, run: Obj, workflow: Obj | None, deadline_passed:
             cm_name = check_evidence_name(meta["name"], index)
             cm = await ctx.kube.get_or_none(f"{path}/{cm_name}")
             outcomes.append(assess_check(run, CheckInput(index, cm_name, cm, reported.get(index))))
-        uids: dict[str, str | None] = {}
-        for participant in run["spec"]["participants"]:
-            node = await ctx.kube.get_or_none(resource_path("v1", "nodes", name=participant["nodeName"]))
-            uids[participant["nodeName"]] = node["metadata"]["uid"] if node else None
+        uids = await _node_uids(ctx, run)
         phase = (workflow or {}).get("status", {}).get("phase")
         decision = decide(run, outcomes, node_uids=uids, workflow_phase=phase, deadline_passed=deadline_passed)
         metrics.EVIDENCE_FAILURES.inc(sum(1 for c in outcomes if c.problem))
@@ -94,14 +167,7 @@ async def _decide(ctx: Context, run: Obj, workflow: Obj | None, deadline_passed:
             return document, digest, size
         except AlreadyExists:
             existing = await ctx.kube.get(f"{path}/{name}")
-    try:
-        document, digest = decode_document(existing, RUN_EVIDENCE_SCHEMA)
-    except EvidenceError as exc:
-        raise RuntimeError(f"Run {meta['name']}: its own evidence ConfigMap {name} is unreadable: {exc}") from exc
-    if document.get("run", {}).get("uid") != meta["uid"]:
-        raise RuntimeError(f"Run {meta['name']}: evidence ConfigMap {name} belongs to another Run; delete it")
-    size = len(base64.b64decode(existing.get("binaryData", {}).get("evidence.json.gz", "")))
-    return document, digest, size
+    return await _adopt(ctx, run, workflow, existing)
 
 
 def _too_large(run: Obj, decision: RunDecision, why: str) -> RunDecision:
@@ -138,12 +204,19 @@ async def _project(ctx: Context, run: Obj, profile: str, node_name: str, new: di
 
 async def accept(ctx: Context, run: Obj, workflow: Obj | None, *, deadline_passed: bool) -> None:
     meta, status = run["metadata"], run.get("status") or {}
-    document, digest, size = await _decide(ctx, run, workflow, deadline_passed)
+    try:
+        document, digest, size = await _decide(ctx, run, workflow, deadline_passed)
+    except NotAdopted as rejection:
+        await _not_adopted(ctx, run, rejection)
+        return
     phase = Phase(document["phase"])
     completed = status.get("completionTime") or document["decidedAt"]
     profile = run["spec"]["profile"]["name"]
+    participants = {p["nodeName"] for p in run["spec"]["participants"]}
     projected = []
     for node_name, verdict in sorted(document["nodes"].items()):
+        if node_name not in participants:  # never project a Node outside spec.participants
+            continue
         if await _project(ctx, run, profile, node_name, detail(run, verdict, digest, completed)):
             projected.append(node_name)
             await events.emit(
@@ -203,6 +276,44 @@ async def accept(ctx: Context, run: Obj, workflow: Obj | None, *, deadline_passe
         evidence=digest,
         checks=json.dumps(verdicts),
     )
+
+
+async def _not_adopted(ctx: Context, run: Obj, rejection: NotAdopted) -> None:
+    """End the Run Inconclusive over a stored evidence document it will not adopt: its
+    participants get Inconclusive (never Pass), the Run an Event, the metric a count."""
+    meta, status = run["metadata"], run.get("status") or {}
+    EVIDENCE_REJECTED.inc()
+    log.warning("run evidence not adopted", run=meta["name"], config_map=rejection.config_map, why=rejection.why)
+    completed = status.get("completionTime") or ctx.timestamp()
+    profile = run["spec"]["profile"]["name"]
+    for participant in sorted(run["spec"]["participants"], key=lambda p: p["index"]):
+        await _project(ctx, run, profile, participant["nodeName"], detail(run, "Inconclusive", "", completed))
+    message = (
+        f"{rejection}. Nothing was certified; inspect that ConfigMap (this Run's acceptance did not write it "
+        "as it is), delete it, and release the Run (spec.release: true)"
+    )[:1000]
+    conditions = set_condition(
+        status.get("conditions") or [],
+        type_="EvidencePersisted",
+        status=False,
+        reason=NOT_ADOPTED,
+        message=message,
+        generation=meta.get("generation"),
+        now=ctx.clock(),
+    )
+    with contextlib.suppress(NotFound):
+        await ctx.patch_run_status(
+            run,
+            {
+                "phase": Phase.INCONCLUSIVE.value,
+                "reason": NOT_ADOPTED,
+                "message": message,
+                "conditions": conditions,
+                "completionTime": completed,
+            },
+        )
+    metrics.observe_terminal(run, Phase.INCONCLUSIVE)
+    await events.emit(ctx, events.run_ref(run), "EvidenceRejected", message, warning=True)
 
 
 def run_started(run: Obj) -> str | None:

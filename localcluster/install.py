@@ -3,9 +3,11 @@ demo and the tests: the controller's and the adapter's RBAC and the adapter Work
 from deploy/base (re-namespaced), a source ConfigMap from a directory of scripts, and the
 controller itself as a local process running as its ServiceAccount."""
 
+import asyncio
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +15,10 @@ import yaml
 
 from localcluster import identities, procs
 from localcluster.controlplane import ControlPlane
-from localcluster.kube import KubeClient, Obj, resource_path
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.rbac import rbac_in_effect
 from shared.digests import bundle_digest
+from shared.policies import EVIDENCE_POLICY, POLICY_FILES, PROBE_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy" / "base"
@@ -29,8 +32,20 @@ PLURALS = {
     "WorkflowTemplate": "workflowtemplates",
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+    "ConfigMap": "configmaps",  # the adapter policy's parameter
 }
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
+def bind_policy_to(doc: Obj, namespace: str) -> None:
+    """Make a policy or binding of deploy/ a per-namespace copy for ``namespace``: both are
+    cluster-scoped, so they get the namespace as a suffix, and the binding selects it."""
+    doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
+    if doc["kind"] == "ValidatingAdmissionPolicyBinding":
+        doc["spec"]["policyName"] = f"{doc['spec']['policyName']}-{namespace}"
+        selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        doc["spec"]["matchResources"]["namespaceSelector"] = selector
 
 
 async def apply_file(admin: KubeClient, name: str, namespace: str) -> list[Obj]:
@@ -44,6 +59,8 @@ async def apply_file(admin: KubeClient, name: str, namespace: str) -> list[Obj]:
         foreign = doc["kind"] == "ClusterRoleBinding" or (doc["kind"] == "RoleBinding" and elsewhere)
         if foreign and namespace != DEFAULT_NAMESPACE:
             doc["metadata"]["name"] = f"{doc['metadata']['name']}-{namespace}"
+        if doc["kind"] in POLICY_KINDS and namespace != DEFAULT_NAMESPACE:
+            bind_policy_to(doc, namespace)
         scoped = doc["kind"] not in CLUSTER_SCOPED
         if scoped and not elsewhere:
             doc["metadata"]["namespace"] = namespace
@@ -65,12 +82,36 @@ async def install(admin: KubeClient, namespace: str) -> None:
         "adapter-rbac.yaml",
         "portal-rbac.yaml",
     )
-    if namespace == DEFAULT_NAMESPACE:  # the policy's binding selects signal-system by name
-        names = (*names, "adapter-admission-policy.yaml")
     applied: list[Obj] = []
     for name in (*names, "adapter-workflowtemplate.yaml"):
         applied += await apply_file(admin, name, namespace)
+    await install_policies(admin, namespace)
     await rbac_in_effect(admin, applied)
+
+
+async def install_policies(admin: KubeClient, namespace: str, timeout: float = 30.0) -> list[Obj]:
+    """Signal's admission policies (shared.policies.POLICY_FILES), bound to ``namespace``
+    (outside signal-system, per-namespace copies: see ``bind_policy_to``), and wait until the
+    API server enforces them (an admin's dry-run of a malformed evidence ConfigMap is denied:
+    policies reach the admission plugin together). The adapter and the controller refuse to
+    start until their policies are in force."""
+    applied: list[Obj] = []
+    for file in POLICY_FILES.values():
+        applied += await apply_file(admin, Path(file).name, namespace)
+    probe = {"metadata": {"name": f"{PROBE_NAME}-c0-results"}, "data": {"probe": "no labels, owner or immutability"}}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await admin.request(
+                "POST", resource_path("v1", "configmaps", namespace), body=probe, params={"dryRun": "All"}
+            )
+        except ApiError as error:
+            if f"ValidatingAdmissionPolicy '{EVIDENCE_POLICY}" in error.message:
+                return applied
+            raise
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the admission policies for namespace {namespace} were not in force after {timeout}s")
+        await asyncio.sleep(0.2)
 
 
 async def source_config_map(admin: KubeClient, namespace: str, name: str, scripts: Path) -> str:

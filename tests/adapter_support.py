@@ -15,6 +15,7 @@ from typing import Any
 from localcluster import identities, podprocess
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
+from localcluster.install import install_policies
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
 from shared.digests import bundle_digest
@@ -71,6 +72,7 @@ class AdapterWorld:
         """Adapter RBAC, ``participants`` Nodes (those in ``unmanaged`` have no kubelet), a
         Running Run over them, and its snapshot ConfigMap."""
         await install_rbac(self.admin, self.namespace, "adapter-rbac.yaml")
+        await install_policies(self.admin, self.namespace)  # the adapter refuses to run without them
         self.nodes = [f"{self.namespace}-n{i}" for i in range(participants)]
         managed = [SimNode(n) for i, n in enumerate(self.nodes) if i not in unmanaged]
         created = {n["metadata"]["name"]: n for n in await self.cluster.add_nodes(managed)}

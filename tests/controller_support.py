@@ -16,7 +16,7 @@ from typing import Any
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
-from localcluster.install import apply_file
+from localcluster.install import apply_file, install_policies
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.rbac import rbac_in_effect
 from shared import keys
@@ -50,12 +50,17 @@ class ControllerProcess:
     """Set to the local Argo's instanceID for tests whose Workflows should run."""
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    policies: bool = True
+    """Install Signal's admission policies for the namespace before the first start (the
+    controller refuses to run without them)."""
 
     async def kubeconfig(self) -> Path:
         sa = await identities.service_account(self.cluster.plane, self.namespace, "signal-controller", create=False)
         return sa.kubeconfig(self.workdir / "controller.kubeconfig", self.namespace)
 
     async def start(self, **env: str) -> None:
+        if self.policies and not self.starts:
+            await install_policies(self.cluster.admin, self.namespace)
         config = await self.kubeconfig()
         self.starts += 1
         log = (self.workdir / f"controller-{self.identity}{self.starts}.log").open("wb")

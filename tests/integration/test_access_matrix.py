@@ -122,6 +122,9 @@ HIGH_RISK: list[Request] = [
     *reqs("update", "certificates.k8s.io", "certificatesigningrequests/approval", "cluster"),
     *reqs("approve", "certificates.k8s.io", "signers", "cluster"),
     *reqs("create update", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "cluster"),
+    # No Signal identity may lift the admission policies that bound it (docs/security.md).
+    *reqs("create update patch delete", "admissionregistration.k8s.io", "validatingadmissionpolicies", "cluster"),
+    *reqs("create update patch delete", "admissionregistration.k8s.io", "validatingadmissionpolicybindings", "cluster"),
     *reqs("create update", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "cluster"),
     *reqs("create update", "apiextensions.k8s.io", "customresourcedefinitions", "cluster"),
     *reqs("create delete", "", "namespaces", "cluster"),

@@ -170,18 +170,22 @@ def test_deploy_renders_the_crds_from_crds_and_every_component() -> None:
     assert set(by_kind(docs, "Deployment")) == {"signal-controller", "signal-portal"}
     assert set(by_kind(docs, "PodDisruptionBudget")) == {"signal-controller", "signal-portal"}
     assert set(by_kind(docs, "WorkflowTemplate")) == {"signal-adapter"}
-    assert set(by_kind(docs, "ValidatingAdmissionPolicy")) == {"signal-adapter-workloads"}
-    assert set(by_kind(docs, "ValidatingAdmissionPolicyBinding")) == {"signal-adapter-workloads"}
+    policies = {"signal-adapter-workloads", "signal-evidence", "signal-controller-workflows"}
+    assert set(by_kind(docs, "ValidatingAdmissionPolicy")) == policies
+    assert set(by_kind(docs, "ValidatingAdmissionPolicyBinding")) == policies
+    for name, policy in by_kind(docs, "ValidatingAdmissionPolicy").items():
+        assert policy["spec"]["failurePolicy"] == "Fail", name
     assert "default-deny-ingress" in by_kind(docs, "NetworkPolicy")
     namespaces = by_kind(docs, "Namespace")
     assert set(namespaces) == {"signal-system"}
     labels = namespaces["signal-system"]["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
-    binding = by_kind(docs, "ValidatingAdmissionPolicyBinding")["signal-adapter-workloads"]
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
-        "kubernetes.io/metadata.name": "signal-system"
-    }
+    for binding in by_kind(docs, "ValidatingAdmissionPolicyBinding").values():
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
+            "kubernetes.io/metadata.name": "signal-system"
+        }
     namespaced = [d for d in docs if d["kind"] not in CLUSTER_SCOPED]
     # Everything lives in signal-system except the controller's right to post Events about
     # Nodes, which the API server accepts only in `default` (deploy/node-events).

@@ -1,0 +1,28 @@
+"""Names of Signal's ValidatingAdmissionPolicies (deploy/base/*-admission-policy.yaml), the
+contract between those manifests and the start-up checks of the adapter and the controller
+(adapter/policy.py, controller/policy.py). Pure constants; no I/O.
+
+A denial by a policy reads ``... ValidatingAdmissionPolicy '<name>' with binding '<binding>'
+denied request: ...``; a start-up check recognises its policy by that name (or a name that
+starts with it, as the per-namespace copies of the local test cluster are named)."""
+
+from typing import Final
+
+EVIDENCE_POLICY: Final = "signal-evidence"
+"""Who may create, change and delete evidence ConfigMaps in the Signal namespace."""
+ADAPTER_WORKLOADS_POLICY: Final = "signal-adapter-workloads"
+"""What the adapter may put in the Pods and MPIJobs it creates."""
+CONTROLLER_WORKFLOWS_POLICY: Final = "signal-controller-workflows"
+"""The only Workflow the controller may create: the signal-adapter template's."""
+
+POLICY_FILES: Final = {
+    ADAPTER_WORKLOADS_POLICY: "deploy/base/adapter-admission-policy.yaml",
+    EVIDENCE_POLICY: "deploy/base/evidence-admission-policy.yaml",
+    CONTROLLER_WORKFLOWS_POLICY: "deploy/base/workflow-admission-policy.yaml",
+}
+"""Where each policy and its binding are defined (repository-relative)."""
+
+PROBE_NAME: Final = "signal-policy-probe"
+"""Name stem of the objects the start-up checks send as server-side dry-runs (never stored)."""
+EXIT_POLICY_NOT_IN_FORCE: Final = 4
+"""Exit status of the adapter and the controller when a policy is not in force."""

@@ -1,0 +1,210 @@
+"""What stored evidence the controller and the adapter adopt (issue 12 items 1 and 2), table-
+tested on the pure rules: controller/evidence_adoption.py (a Run evidence document found
+stored) and adapter/adoption.py (a check's results or evidence found stored)."""
+
+import copy
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from adapter.adoption import adoptable
+from adapter.inputs import Refusal, parse_inputs
+from controller.evidence_adoption import adoption_problem
+from controller.manifests import owner_reference
+from shared import keys
+from shared.acceptance import CheckInput, assess_check, decide, run_document
+from shared.evidence import CHECK_EVIDENCE_SCHEMA, RESULTS_SCHEMA, config_map
+from tests import evidence_builders as eb
+from tests.run_builders import run_body
+
+Obj = dict[str, Any]
+
+
+def _run() -> Obj:
+    nodes = [{"metadata": {"name": f"n{i}", "uid": f"uid-{i}"}} for i in range(2)]
+    run = run_body("ns", nodes, "p")
+    run["metadata"]["uid"] = str(uuid.uuid4())
+    return run
+
+
+def _stored(run: Obj, check: Obj, reported: str | None) -> tuple[Obj, Obj, dict[int, str]]:
+    """The Run evidence document the controller derives, its ConfigMap, the reported digests."""
+    cm = eb.config_map("x", check)
+    outcome = assess_check(run, CheckInput(0, "x", cm, reported))
+    uids = {p["nodeName"]: p["nodeUID"] for p in run["spec"]["participants"]}
+    decision = decide(run, [outcome], node_uids=uids, workflow_phase="Succeeded", deadline_passed=False)
+    document = run_document(run, decision, workflow={"status": {"phase": "Succeeded"}}, decided_at=eb.STAMP)
+    body, _, _ = config_map(name="r-evidence", namespace="ns", owner=owner_reference(run), labels={}, document=document)
+    return document, body, ({0: reported} if reported else {})
+
+
+def _problem(run: Obj, document: Obj, body: Obj, reported: dict[int, str]) -> str | None:
+    uids: dict[str, str | None] = {p["nodeName"]: p["nodeUID"] for p in run["spec"]["participants"]}
+    return adoption_problem(run, body, document, reported=reported, node_uids=uids, workflow_phase="Succeeded")
+
+
+def _set(path: str, value: Any) -> Callable[[Obj], None]:
+    def change(document: Obj) -> None:
+        *parents, last = path.split(".")
+        target: Any = document
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        target[last] = value
+
+    return change
+
+
+def test_the_controllers_own_document_is_adopted() -> None:
+    run = _run()
+    check = eb.check_evidence(run)
+    document, body, reported = _stored(run, check, eb.digest_of(check))
+    assert document["phase"] == "Succeeded"
+    assert _problem(run, document, body, reported) is None
+    # Once the Workflow is gone, the stored check evidence's digest stands in (same value).
+    assert _problem(run, document, body, {0: eb.digest_of(check)}) is None
+
+
+def test_a_failed_run_is_adopted_too() -> None:
+    run = _run()
+    check = eb.check_evidence(run, verdicts={1: "Fail"})
+    document, body, reported = _stored(run, check, eb.digest_of(check))
+    assert document["phase"] == "Failed"
+    assert _problem(run, document, body, reported) is None
+
+
+FORGERIES: dict[str, tuple[Callable[[Obj], None], str]] = {
+    "claims-success": (_set("phase", "Succeeded"), "gives Failed, not Succeeded"),
+    "claims-a-pass": (_set("nodes.n1", "Pass"), "other Node verdicts (for n1)"),
+    "names-a-stranger": (lambda d: d["nodes"].update(stranger="Pass"), "outside spec.participants: stranger"),
+    "another-run": (_set("run.uid", "someone-else"), "names another Run"),
+    "other-participants": (_set("participants.0.nodeUID", "other"), "participants are not the Run's"),
+    "evidence-swapped": (
+        lambda d: d["checks"][0]["evidence"].update(reason="edited"),
+        "does not match the digest recorded beside it",
+    ),
+    "no-check-entry": (lambda d: d["checks"].clear(), "exactly one entry per check"),
+    "deadline-not-a-bool": (_set("deadlinePassed", "no"), "deadlinePassed is not a boolean"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGERIES))
+def test_a_forged_document_is_not_adopted(case: str) -> None:
+    run = _run()
+    check = eb.check_evidence(run, verdicts={1: "Fail"})
+    document, body, reported = _stored(run, check, eb.digest_of(check))
+    change, why = FORGERIES[case]
+    forged = copy.deepcopy(document)
+    change(forged)
+    problem = _problem(run, forged, body, reported)
+    assert problem is not None
+    assert why in problem, problem
+
+
+def test_evidence_that_is_not_what_the_adapter_reported_is_not_adopted_as_a_pass() -> None:
+    run = _run()
+    check = eb.check_evidence(run)
+    document, body, _ = _stored(run, check, eb.digest_of(check))
+    other = eb.digest_of(eb.check_evidence(run, verdicts={0: "Fail"}))
+    assert "gives Inconclusive, not Succeeded" in str(_problem(run, document, body, {0: other}))
+    assert "gives Inconclusive, not Succeeded" in str(_problem(run, document, body, {}))  # unverifiable
+
+
+def test_without_a_controller_owner_reference_nothing_is_adopted() -> None:
+    run = _run()
+    check = eb.check_evidence(run)
+    document, body, reported = _stored(run, check, eb.digest_of(check))
+    for refs in ([], [{**owner_reference(run), "controller": False}], [{**owner_reference(run), "uid": "x"}]):
+        unowned = copy.deepcopy(body)
+        unowned["metadata"]["ownerReferences"] = refs
+        assert "no controller ownerReference" in str(_problem(run, document, unowned, reported))
+
+
+def test_a_too_large_document_is_adopted_only_if_it_certifies_nothing() -> None:
+    run = _run()
+    check = eb.check_evidence(run, verdicts={1: "Fail"})
+    document, body, reported = _stored(run, check, eb.digest_of(check))
+    stripped = copy.deepcopy(document)
+    stripped["reason"] = "EvidenceTooLarge"
+    for entry in stripped["checks"]:
+        entry["evidence"] = None
+    stripped["nodes"] = {"n0": "Inconclusive", "n1": "Fail"}
+    assert _problem(run, stripped, body, reported) is None
+    stripped["nodes"]["n0"] = "Pass"
+    assert "claims a pass" in str(_problem(run, stripped, body, reported))
+
+
+# --- the adapter ------------------------------------------------------------------------------
+
+
+def _inputs(run: Obj) -> Any:
+    meta, spec = run["metadata"], run["spec"]
+    return parse_inputs(
+        run_namespace=meta["namespace"],
+        run_name=meta["name"],
+        run_uid=meta["uid"],
+        participants_json=json.dumps(
+            [{"index": p["index"], "nodeName": p["nodeName"], "nodeUID": p["nodeUID"]} for p in spec["participants"]]
+        ),
+        snapshot=spec["source"]["snapshotConfigMap"],
+        check_index="0",
+        check_json=json.dumps(spec["checks"][0]),
+    )
+
+
+def _adapter_cm(run: Obj, document: Obj, **labels: str) -> Obj:
+    meta = run["metadata"]
+    base = {
+        keys.RUN_NAME_LABEL: meta["name"],
+        keys.RUN_UID_LABEL: meta["uid"],
+        keys.CHECK_LABEL: run["spec"]["checks"][0]["name"],
+        keys.COMPONENT_LABEL: "evidence",
+    }
+    owner = {k: owner_reference(run)[k] for k in ("apiVersion", "kind", "name", "uid")}
+    body, _, _ = config_map(
+        name=f"{meta['name']}-c0-results", namespace="ns", owner=owner, labels={**base, **labels}, document=document
+    )
+    return body
+
+
+def test_the_adapter_adopts_its_own_results_and_evidence() -> None:
+    run = _run()
+    evidence = eb.check_evidence(run)
+    inputs = _inputs(run)
+    assert adoptable(_adapter_cm(run, evidence["results"]), inputs, RESULTS_SCHEMA)[0] == evidence["results"]
+    assert adoptable(_adapter_cm(run, evidence), inputs, CHECK_EVIDENCE_SCHEMA)[0] == evidence
+
+
+ADAPTER_CASES: dict[str, tuple[Callable[[Obj, Obj], Obj], str]] = {
+    "foreign-uid-label": (lambda run, doc: _adapter_cm(run, doc, **{keys.RUN_UID_LABEL: "x"}), "labels"),
+    "no-component-label": (lambda run, doc: _adapter_cm(run, doc, **{keys.COMPONENT_LABEL: "backend"}), "labels"),
+    "another-check-label": (lambda run, doc: _adapter_cm(run, doc, **{keys.CHECK_LABEL: "other"}), "labels"),
+    "not-owned": (
+        lambda run, doc: {
+            **_adapter_cm(run, doc),
+            "metadata": {**_adapter_cm(run, doc)["metadata"], "ownerReferences": []},
+        },
+        "not owned by Run",
+    ),
+    "another-run-in-the-document": (
+        lambda run, doc: _adapter_cm(run, {**doc, "run": {**doc["run"], "uid": "x"}}),
+        "describes another Run",
+    ),
+    "another-check-in-the-document": (
+        lambda run, doc: _adapter_cm(run, {**doc, "check": {**doc["check"], "index": 1}}),
+        "describes another check",
+    ),
+    "mutable": (lambda run, doc: {**_adapter_cm(run, doc), "immutable": False}, "is unusable"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ADAPTER_CASES))
+def test_the_adapter_refuses_what_is_not_its_checks_own(case: str) -> None:
+    run = _run()
+    build, why = ADAPTER_CASES[case]
+    with pytest.raises(Refusal) as refused:
+        adoptable(build(run, eb.check_evidence(run)["results"]), _inputs(run), RESULTS_SCHEMA)
+    assert why in str(refused.value)
+    assert f"{run['metadata']['name']}-c0-results" in str(refused.value)
