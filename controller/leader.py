@@ -84,9 +84,14 @@ def may_acquire(lease: Obj | None, identity: str, observed: Observed | None, now
     return now - observed.at > duration
 
 
+class LeaseLost(NotLeader):
+    """A write refused because this replica's leadership term has ended or lapsed."""
+
+
 class Leadership:
-    """Whether this replica may write now. ``renewed(at)`` records a successful acquire or
-    renewal whose request was sent at monotonic ``at``; ``lose`` ends it for good."""
+    """One term of leadership: whether this replica may write now. ``renewed(at)`` records a
+    successful acquire or renewal whose request was sent at monotonic ``at``; ``lose`` ends
+    the term for good (a new term starts with a new ``Leadership``)."""
 
     def __init__(self, renew_deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.renew_deadline = renew_deadline
@@ -111,7 +116,7 @@ class Leadership:
         """The gateway's write guard: refuse every write unless leadership is current."""
         if not self.may_write(self.clock()):
             why = self.reason or "the Lease was not renewed within the renew deadline"
-            raise NotLeader(f"refusing {method} {path}: not the leader ({why})")
+            raise LeaseLost(f"refusing {method} {path}: not the leader ({why})")
 
 
 class LeaderElector:
@@ -133,9 +138,21 @@ class LeaderElector:
         self.retry_period = retry_period
         self.clock = clock
         self.path = resource_path("coordination.k8s.io/v1", "leases", namespace, LEASE_NAME)
-        self.leadership = Leadership(renew_deadline if renew_deadline is not None else duration * 2 / 3, clock)
+        self.renew_deadline = renew_deadline if renew_deadline is not None else duration * 2 / 3
+        self.leadership = Leadership(self.renew_deadline, clock)
         self.observed: Observed | None = None
         self.renewals = 0
+
+    def new_term(self) -> Leadership:
+        """Start a new term (after one was lost): writes stay refused until it is acquired."""
+        self.leadership.lose("a new term started")
+        self.leadership = Leadership(self.renew_deadline, self.clock)
+        self.renewals = 0
+        return self.leadership
+
+    def guard(self, method: str, path: str) -> None:
+        """The gateway's write guard, for whichever term is current."""
+        self.leadership.guard(method, path)
 
     def _spec(self, lease: Obj | None, now: datetime) -> dict[str, Any]:
         spec = (lease or {}).get("spec") or {}
@@ -190,9 +207,10 @@ class LeaderElector:
         log.info("leadership acquired", identity=self.identity)
 
     async def keep(self) -> None:
-        """Renew every ``retry_period`` until a renewal is refused or none succeeded within the
-        renew deadline; then (and whenever this task ends, even by an exception) leadership
-        is lost and every write is refused."""
+        """Renew every ``retry_period`` until a renewal is refused (another replica holds the
+        Lease) or none succeeded within the renew deadline (the API server could not be
+        reached); then, and whenever this task ends, even by an exception, the term is lost
+        and every write is refused."""
         fault = int(os.environ.get(FAULT_ENV) or 0)
         try:
             while True:

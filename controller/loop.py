@@ -178,6 +178,18 @@ class Controller:
         if old is None or new is None:
             self.queue.add(GROUPS)
 
+    def close(self) -> None:
+        """Stop listening to the caches (the caches outlive a term of leadership)."""
+        self.queue.shutdown()
+        for informer, handler in (
+            (self.ctx.runs, self._on_run),
+            (self.ctx.profiles, self._on_profile),
+            (self.ctx.nodes, self._on_node),
+            (self.ctx.workflows, self._on_workflow),
+        ):
+            with contextlib.suppress(ValueError):
+                informer.handlers.remove(handler)  # type: ignore[arg-type]
+
     def enqueue_all(self, *, resync: bool) -> None:
         every = [GROUPS]
         every += [Key(Kind.RUN, r["metadata"]["name"]) for r in sorted_objects(self.ctx.runs.items.values())]
@@ -374,5 +386,10 @@ def sorted_objects(objects: Iterable[Obj]) -> list[Obj]:
 
 
 async def run_loop(ctx: Context, stop: asyncio.Event, *, resync: float = 30.0) -> None:
-    """Build the controller over ``ctx``'s caches and reconcile until ``stop`` is set."""
-    await Controller(ctx, resync=resync).run(stop)
+    """Build the controller over ``ctx``'s caches and reconcile until ``stop`` is set (or a
+    fatal error: NotLeader, including a lapsed Lease, and LedgerError)."""
+    controller = Controller(ctx, resync=resync)
+    try:
+        await controller.run(stop)
+    finally:
+        controller.close()

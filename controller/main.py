@@ -1,5 +1,4 @@
-"""``signal-controller``: connect, prove its admission policies are in force (controller/policy.py;
-exit 4 when one is not), elect a leader, fence the ledger, reconcile until told to stop."""
+"""``signal-controller``: connect, elect a leader, fence the ledger, reconcile until told to stop."""
 
 import argparse
 import asyncio
@@ -8,26 +7,17 @@ import os
 import signal
 import socket
 
-from controller.leader import LeaderElector
+from controller.leader import LeaderElector, LeaseLost
 from controller.ledger import LedgerError
 from controller.loop import run_loop
-from controller.policy import require_policies
 from controller.probes import Probes
 from controller.state import Context, NotLeader, log
-from kubeio.admission import PolicyNotInForce
 from kubeio.client import Kube
 from kubeio.logs import configure_logging
-from shared.policies import EXIT_POLICY_NOT_IN_FORCE
 
 
 async def serve(args: argparse.Namespace) -> int:
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller")
-    try:
-        await require_policies(kube, args.namespace, wait_seconds=args.policy_wait_seconds)
-    except PolicyNotInForce as exc:
-        log.error("refusing to run: an admission policy is not in force", reason=str(exc))
-        await kube.close()
-        return EXIT_POLICY_NOT_IN_FORCE
     # The Lease has a connection of its own: renewals never queue behind reconcile traffic.
     lease_kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller", timeout=5.0)
     lease_kube.crash_points = False
@@ -43,12 +33,15 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     elector = LeaderElector(lease_kube, args.namespace, args.identity)
-    kube.write_guard = elector.leadership.guard
+    kube.write_guard = elector.guard
     probes = Probes()
-    probes.leading = lambda: elector.leadership.may_write(elector.leadership.clock())
+    probes.leading = lambda: elector.leadership.may_write(elector.clock())
     await probes.start(args.metrics_port)
     try:
         return await lead(ctx, elector, probes, stop, resync=args.resync)
+    except LeaseLost as exc:  # pragma: no cover - lead() handles it; kept fail-closed
+        log.error("stopping: leadership lost", error=str(exc))
+        return 1
     except NotLeader as exc:
         log.error("stopping: fenced out by another controller", error=str(exc))
         return 1
@@ -63,42 +56,66 @@ async def serve(args: argparse.Namespace) -> int:
 
 
 async def lead(ctx: Context, elector: LeaderElector, probes: Probes, stop: asyncio.Event, *, resync: float) -> int:
-    """Wait for leadership, then reconcile while the Lease is renewed: when the renewal task
-    ends, for any reason, reconciling stops at once (the write guard already refuses)."""
-    keeper: asyncio.Task[None] | None = None
-    work: asyncio.Task[None] | None = None
-    try:
+    """Lead, term after term, until told to stop. A term whose Lease lapsed (the API server
+    could not be reached) or was taken ends without ending the process: writes stop at once
+    (the guard refuses them), the reconcile stops, and the replica stands by to lead again.
+    A renewal task that dies (a bug) ends the process, as do fencing and a bad ledger."""
+    started = False
+    while not stop.is_set():
+        if elector.leadership.lost.is_set():
+            elector.new_term()
         acquiring = asyncio.create_task(elector.acquire())
-        await asyncio.wait({acquiring, asyncio.create_task(stop.wait())}, return_when=asyncio.FIRST_COMPLETED)
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({acquiring, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
         if not acquiring.done():
             acquiring.cancel()
             return 0
-        keeper = asyncio.create_task(elector.keep(), name="lease renewal")
-        ctx.start_caches()
-        probes.informers = {"nodes": ctx.nodes, "profiles": ctx.profiles, "runs": ctx.runs, "workflows": ctx.workflows}
-        synced = asyncio.create_task(ctx.wait_synced())
-        await asyncio.wait({synced, keeper}, return_when=asyncio.FIRST_COMPLETED)
-        if not synced.done():
-            synced.cancel()
-            log.error("stopping: leadership lost before the caches synced", reason=elector.leadership.reason)
-            return 1
-        log.info("caches synced", nodes=len(ctx.nodes.items), runs=len(ctx.runs.items))
-        work = asyncio.create_task(run_loop(ctx, stop, resync=resync), name="reconcile")
+        if not started:
+            ctx.start_caches()
+            probes.informers = {
+                "nodes": ctx.nodes,
+                "profiles": ctx.profiles,
+                "runs": ctx.runs,
+                "workflows": ctx.workflows,
+            }
+            started = True
+        outcome = await term(ctx, elector, stop, resync=resync)
+        if outcome is not None:
+            return outcome
+    return 0
+
+
+async def term(ctx: Context, elector: LeaderElector, stop: asyncio.Event, *, resync: float) -> int | None:
+    """One term of leadership: reconcile while the Lease is renewed. Returns an exit code to
+    end the process with, or None to stand by and lead again."""
+    keeper = asyncio.create_task(elector.keep(), name="lease renewal")
+    work = asyncio.create_task(_reconcile(ctx, stop, resync), name="reconcile")
+    try:
         await asyncio.wait({work, keeper}, return_when=asyncio.FIRST_COMPLETED)
-        if not work.done():
-            failure = keeper.exception() if not keeper.cancelled() else None
-            log.error(
-                "stopping: leadership lost", reason=elector.leadership.reason, error=str(failure) if failure else None
-            )
+        if work.done() and not work.cancelled():
+            failure = work.exception()
+            if failure is None:
+                return 0
+            if not isinstance(failure, LeaseLost):
+                raise failure
+        if keeper.done() and not keeper.cancelled() and keeper.exception() is not None:
+            log.error("stopping: the lease renewal task died", error=str(keeper.exception()))
             return 1
-        await work
-        return 0
+        log.warning("leadership lost; standing by to lead again", reason=elector.leadership.reason)
+        return None
     finally:
         for task in (work, keeper):
-            if task is not None and not task.done():
+            if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+
+
+async def _reconcile(ctx: Context, stop: asyncio.Event, resync: float) -> None:
+    await ctx.wait_synced()
+    log.info("caches synced", nodes=len(ctx.nodes.items), runs=len(ctx.runs.items))
+    await run_loop(ctx, stop, resync=resync)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,12 +131,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="serve /metrics, /healthz and /readyz here (0: off)"
-    )
-    parser.add_argument(
-        "--policy-wait-seconds",
-        type=float,
-        default=float(os.environ.get("SIGNAL_POLICY_WAIT_SECONDS", "30")),
-        help="how long to wait for the admission policies to be in force before refusing to run",
     )
     args = parser.parse_args(argv)
     configure_logging(args.log_format)

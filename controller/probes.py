@@ -1,9 +1,10 @@
 """The controller's HTTP endpoints on ``--metrics-port``: ``/metrics`` (Prometheus),
 ``/healthz`` (the process's event loop answers) and ``/readyz``.
 
-Readiness: a standby replica (not leading) is ready, so that rolling updates proceed; the
-leader is ready only while every cache follows the API server: a cache that cannot list or
-watch makes ``/readyz`` answer 503 naming it, and ``signal_informer_synced`` show 0 for it."""
+Readiness: a replica that has not led yet (a standby, whose caches are not started) is
+ready, so that rolling updates proceed; once its caches run, it is ready only while every
+cache follows the API server: a cache that cannot list or watch makes ``/readyz`` answer 503
+naming it, and ``signal_informer_synced`` show 0 for it."""
 
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -26,14 +27,13 @@ class Probes:
         return {name: i.last_error or "not listed yet" for name, i in self.informers.items() if not i.is_synced}
 
     def readiness(self) -> tuple[bool, str]:
-        if not self.leading():
-            return True, "standby: not leading"
+        role = "leading" if self.leading() else "standby"
         if not self.informers:
-            return False, "leading; caches not started"
+            return True, f"{role}; caches not started"
         missing = self.unsynced()
         if missing:
             return False, "caches not synced: " + "; ".join(f"{k} ({v})" for k, v in sorted(missing.items()))
-        return True, "leading; caches synced"
+        return True, f"{role}; caches synced"
 
     def refresh(self) -> None:
         for name, informer in self.informers.items():

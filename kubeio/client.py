@@ -55,9 +55,10 @@ def resource_path(
 
 
 def _verb(method: str, path: str, query: Mapping[str, str] | None) -> str:
-    """GET/LIST/WATCH/POST/... as the API server's audit log would name it."""
+    """GET/LIST/WATCH/POST/... as the API server's audit log would name it (a server-side
+    dry run, which stores nothing, as e.g. POST-DRYRUN)."""
     if method != "GET":
-        return method
+        return f"{method}-DRYRUN" if query and query.get("dryRun") else method
     if query and query.get("watch") == "true":
         return "WATCH"
     segments = path.strip("/").split("/")

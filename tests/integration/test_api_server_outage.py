@@ -59,15 +59,19 @@ async def test_an_informer_reports_unsynced_while_the_api_server_is_down_and_rec
         loop = asyncio.get_running_loop()
         unsynced: asyncio.Future[None] = loop.create_future()
 
+        reasons: list[str] = []
+
         async def watch_for_unsynced() -> None:
             await eventually(lambda: _false(informer.is_synced), timeout=OUTAGE * 3, what="the informer unsynced")
+            reasons.append(informer.last_error)
             unsynced.set_result(None)
 
         watcher = asyncio.create_task(watch_for_unsynced())
         down = await _outage(cluster, unsynced)
         await watcher
         assert down >= OUTAGE
-        assert informer.last_error, "an unsynced informer says why"
+        assert reasons, "the informer never reported itself unsynced"
+        assert "no answer from the API server" in reasons[0], "an unsynced informer says why"
 
         await eventually(lambda: _true(informer.is_synced), timeout=60, what="the informer synced again")
         await admin.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "after"}})

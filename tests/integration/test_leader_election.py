@@ -45,7 +45,8 @@ async def test_acquire_renew_loss_and_takeover(
     await install_rbac(admin, namespace)
     kube_a, kube_b = await _kube(cluster, namespace, tmp_path / "a"), await _kube(cluster, namespace, tmp_path / "b")
     a, b = _elector(kube_a, namespace, "replica-a"), _elector(kube_b, namespace, "replica-b")
-    kube_a.write_guard = a.leadership.guard
+    work_a = await _kube(cluster, namespace, tmp_path / "work")  # A's reconcile connection, guarded
+    work_a.write_guard = a.guard
     try:
         assert await a.try_acquire()
         assert a.leadership.may_write(time.monotonic())
@@ -66,7 +67,7 @@ async def test_acquire_renew_loss_and_takeover(
         assert last_renewal is not None
         assert a.leadership.lost.is_set()
         with pytest.raises(NotLeader):
-            await kube_a.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "late-write"}})
+            await work_a.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "late-write"}})
         with pytest.raises(ApiError) as missing:
             await admin.get(resource_path("v1", "configmaps", namespace, "late-write"))
         assert missing.value.status == 404, "the refused write reached the API server"
@@ -77,17 +78,18 @@ async def test_acquire_renew_loss_and_takeover(
         assert took - last_renewal >= DURATION, "B took the Lease before it could have expired"
         assert b.leadership.may_write(time.monotonic())
     finally:
-        await kube_a.close()
-        await kube_b.close()
+        for kube in (kube_a, kube_b, work_a):
+            await kube.close()
 
 
 async def test_a_renewal_task_that_dies_stops_every_write(
     cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await install_rbac(admin, namespace)
-    kube = await _kube(cluster, namespace, tmp_path / "a")
-    elector = _elector(kube, namespace, "replica-a")
-    kube.write_guard = elector.leadership.guard
+    lease = await _kube(cluster, namespace, tmp_path / "a")
+    elector = _elector(lease, namespace, "replica-a")
+    kube = await _kube(cluster, namespace, tmp_path / "work")  # the reconcile connection, guarded
+    kube.write_guard = elector.guard
     monkeypatch.setenv(FAULT_ENV, "2")
     try:
         await elector.acquire()
@@ -106,6 +108,7 @@ async def test_a_renewal_task_that_dies_stops_every_write(
         assert "after-death" not in names
     finally:
         await kube.close()
+        await lease.close()
 
 
 def _requests(log: Path) -> list[tuple[float, str, str]]:
