@@ -54,8 +54,13 @@ async def workloads_of(world: AdapterWorld) -> list[str]:
     ]
 
 
-async def running(world: AdapterWorld, count: int, role: str | None = None) -> list[Obj]:
+async def running(
+    world: AdapterWorld, count: int, role: str | None = None, process: asyncio.subprocess.Process | None = None
+) -> list[Obj]:
     async def ready() -> list[Obj] | None:
+        if process is not None and process.returncode is not None:
+            out = await process.stdout.read() if process.stdout else b""
+            raise AssertionError(f"the adapter exited {process.returncode} early:\n{out.decode(errors='replace')}")
         pods = [p for p in await world.pods() if (p.get("status") or {}).get("phase") == "Running"]
         if role is not None:
             pods = [p for p in pods if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == role]
@@ -79,7 +84,7 @@ async def finish(process: asyncio.subprocess.Process) -> tuple[int, str]:
 async def test_sigterm_mid_pod_check_persists_evidence_then_removes_the_pods(world: AdapterWorld) -> None:
     await world.setup(2, {"slow.sh": SLOW}, [check("slow", "slow.sh", deadline="5m")])
     process, _ = await world.spawn(0)
-    await running(world, 2)
+    await running(world, 2, process=process)
     process.send_signal(signal.SIGTERM)
     code, log = await finish(process)
     assert code == INTERRUPTED, log
@@ -101,7 +106,7 @@ async def test_sigterm_mid_mpijob_check_removes_the_whole_tree(world: AdapterWor
         2, {"slow.sh": SLOW}, [check("mpi", "slow.sh", backend="MPIJob", deadline="5m", mpi={"scope": scope})]
     )
     process, _ = await world.spawn(0, *NO_SSHD)
-    await running(world, 2, role="worker")
+    await running(world, 2, role="worker", process=process)
     await running(world, 1 if scope == "crossNode" else 2, role="launcher")
     process.send_signal(signal.SIGTERM)
     code, log = await finish(process)
@@ -125,7 +130,7 @@ async def test_a_killed_adapters_mpi_workers_are_removed_by_the_next_adapter_of_
         [check("mpi", "slow.sh", backend="MPIJob", deadline="5m"), check("after", "slow.sh")],
     )
     process, _ = await world.spawn(0, *NO_SSHD)
-    workers = await running(world, 2, role="worker")
+    workers = await running(world, 2, role="worker", process=process)
     process.kill()
     await finish(process)
     # Nothing removed them: the workers are still there, bounded by their own deadline.
@@ -151,7 +156,7 @@ async def test_the_exit_handlers_sweep_removes_what_a_killed_adapter_left(world:
     checks = [check("pods", "slow.sh", deadline="5m"), check("mpi", "slow.sh", backend="MPIJob", deadline="5m")]
     await world.setup(2, {"slow.sh": SLOW}, checks)
     process, _ = await world.spawn(0)
-    await running(world, 2)
+    await running(world, 2, process=process)
     process.kill()
     await finish(process)
     assert len(await workloads_of(world)) == 2

@@ -1,0 +1,120 @@
+"""Cancel during a check, through the real controller, the real Argo workflow-controller and
+the adapter in its step Pod (issue 11, 2.4): ``spec.cancel`` -> Argo's Terminate -> SIGTERM to
+the adapter, which persists what the check produced, removes its Pods or MPIJobs with the same
+evidence-first quiescence and exits; the Run ends ``Canceled`` with
+``WorkloadCleanupComplete=True``, no backend workload left and its group still reserved (until
+``spec.release``)."""
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localcluster.cluster import LocalCluster
+from localcluster.controlplane import free_port
+from localcluster.kube import KubeClient, Obj, resource_path
+from shared import keys
+from shared.digests import bundle_digest
+from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
+from tests.controller_support import ControllerProcess, World, eventually, install_rbac, profile_body, reserved_by
+from tests.integration.test_end_to_end import install_workflow_template
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SCRIPTS = {"slow.sh": "#!/bin/sh\necho started\nsleep 300\n"}
+MPIJOBS = ("kubeflow.org/v2beta1", "mpijobs")
+
+
+@pytest.fixture
+async def world(cluster: LocalCluster, admin: KubeClient, namespace: str) -> AsyncIterator[World]:
+    w = World(cluster, admin, namespace)
+    await w.setup(scripts=SCRIPTS)
+    await install_rbac(admin, namespace, "adapter-rbac.yaml")
+    await install_workflow_template(admin, namespace)
+    yield w
+    await w.cleanup()
+    for name in w.node_names(2):
+        await cluster.remove_node(name)
+
+
+def slow_check(backend: str) -> dict[str, Any]:
+    check: dict[str, Any] = {
+        "name": "slow",
+        "scriptKey": "slow.sh",
+        "backend": backend,
+        "gpuCount": 1,
+        "backendActiveDeadline": "5m",
+    }
+    if backend == "MPIJob":
+        check["mpi"] = {"scope": "crossNode"}
+    return check
+
+
+async def backend_workloads(admin: KubeClient, namespace: str, uid: str) -> list[str]:
+    selector = f"{keys.RUN_UID_LABEL}={uid}"
+    pods = await admin.get(resource_path("v1", "pods", namespace), labelSelector=selector)
+    jobs = await admin.get(resource_path(*MPIJOBS, namespace), labelSelector=selector)
+    return [f"Pod/{p['metadata']['name']}" for p in pods["items"]] + [
+        f"MPIJob/{j['metadata']['name']}" for j in jobs["items"]
+    ]
+
+
+@pytest.mark.parametrize("backend", ["Pod", "MPIJob"])
+async def test_cancel_mid_check_ends_canceled_with_every_workload_removed(
+    world: World, admin: KubeClient, tmp_path: Path, backend: str
+) -> None:
+    profile = f"{world.namespace}-cancel"
+    names = world.node_names(2)
+    await world.add_nodes(names, requested_for=profile)
+    checks = [slow_check(backend), {**slow_check("Pod"), "name": "never"}]
+    await world.add_profile(profile_body(profile, world.namespace, 2, digest=bundle_digest(SCRIPTS, {}), checks=checks))
+    controller = ControllerProcess(
+        world.cluster,
+        world.namespace,
+        tmp_path,
+        resync=2.0,
+        workflow_instance_id=world.cluster.workflow_instance_id,
+        metrics_port=free_port(),
+    )
+    await controller.start()
+    try:
+        runs = await eventually(world.runs, timeout=60, what=f"a Run\n{controller.logs()}")
+        run: Obj = runs[0]
+        uid = run["metadata"]["uid"]
+        workers = "worker" if backend == "MPIJob" else None
+
+        async def check_running() -> list[Obj] | None:
+            selector = f"{keys.RUN_UID_LABEL}={uid}"
+            pods = (await admin.get(resource_path("v1", "pods", world.namespace), labelSelector=selector))["items"]
+            live = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+            if workers:
+                live = [p for p in live if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == workers]
+            return live if len(live) == 2 else None
+
+        await eventually(check_running, timeout=120, interval=0.5, what=f"the check running\n{controller.logs()}")
+        path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, world.namespace, run["metadata"]["name"])
+        await admin.merge_patch(path, {"spec": {"cancel": True}})
+
+        async def canceled() -> Obj | None:
+            current: Obj = await admin.get(path)
+            return current if (current.get("status") or {}).get("phase") == "Canceled" else None
+
+        current = await eventually(canceled, timeout=120, interval=1.0, what=f"Canceled\n{controller.logs()}")
+        conditions = {c["type"]: c for c in current["status"]["conditions"]}
+        assert conditions["WorkloadCleanupComplete"]["status"] == "True", conditions
+        assert await backend_workloads(admin, world.namespace, uid) == []
+        # The adapter removed them itself, evidence first: the interrupted check's evidence.
+        evidence_name = f"{run['metadata']['name']}-c0-evidence"
+        stored = await admin.get(resource_path("v1", "configmaps", world.namespace, evidence_name))
+        evidence, _ = decode_document(stored, CHECK_EVIDENCE_SCHEMA)
+        assert evidence["cleanup"]["state"] == "Complete"
+        assert evidence["verdict"] == "Inconclusive"
+        assert evidence["reason"].startswith("Interrupted:")
+        # The second check never started; the group stays reserved until spec.release.
+        configmaps = (await admin.get(resource_path("v1", "configmaps", world.namespace)))["items"]
+        assert f"{run['metadata']['name']}-c1-results" not in [c["metadata"]["name"] for c in configmaps]
+        for node in await world.nodes(names):
+            assert reserved_by(node) == uid
+    finally:
+        controller.stop()
