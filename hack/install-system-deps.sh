@@ -20,6 +20,8 @@ command -v runc >/dev/null || packages+=(runc)
 [[ -x /usr/lib/cni/bridge ]] || packages+=(containernetworking-plugins)
 command -v iptables >/dev/null || packages+=(iptables)
 command -v ip >/dev/null || packages+=(iproute2)
+# nft: each real-node cluster's own table keeps its Pods off the host's other services.
+command -v nft >/dev/null || packages+=(nftables)
 if ((${#packages[@]})); then
   echo "installing Debian packages: ${packages[*]}" >&2
   if [[ $(id -u) -ne 0 ]]; then

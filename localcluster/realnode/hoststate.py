@@ -1,7 +1,8 @@
 """What real nodes leave on the host outside the work directory, recorded and removed.
 
 A cluster with real nodes changes the host in exactly these ways: a bridge ``signal-br<slot>``
-(with its addresses, routes and the host ends of the nodes' veths), a cgroup subtree
+(with its addresses, routes and the host ends of the nodes' veths), an nftables table
+``inet signal_br<slot>`` guarding it, a cgroup subtree
 ``signal-realnodes-<slot>`` in every cgroup hierarchy (every node process, containerd's shims
 and every container live in it), and a record of both in :func:`state_dir`. Everything else a
 node touches (``/run/containerd``, ``/run/netns/cni-*``, ``/var/lib/cni``, the kubelet's,
@@ -143,7 +144,8 @@ def remove_cgroups(subtree: str, timeout: float = 10.0) -> None:
 
 
 def clean(record_path: Path) -> None:
-    """Remove everything a record names: processes, cgroups, bridge; then the record."""
+    """Remove everything a record names: processes, cgroups, nftables table, bridge; then the
+    record."""
     try:
         record = json.loads(record_path.read_text())
     except FileNotFoundError:
@@ -151,6 +153,12 @@ def clean(record_path: Path) -> None:
     subtree = str(record["cgroup"])
     kill_subtree(subtree)
     remove_cgroups(subtree)
+    table = str(record.get("nftTable", ""))
+    if (
+        table
+        and subprocess.run(["nft", "list", "table", "inet", table], capture_output=True, check=False).returncode == 0
+    ):
+        subprocess.run(["nft", "delete", "table", "inet", table], check=True, capture_output=True)
     bridge = str(record["bridge"])
     if Path("/sys/class/net", bridge).exists():
         subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)

@@ -10,8 +10,9 @@ The host itself forwards nothing (``ip_forward`` stays as it was): node-to-node 
 bridged, and only the nodes' own namespaces forward.
 
 Host state (the bridge and, with it, its addresses, routes and the host ends of the nodes'
-veths) is made here and removed by :func:`delete_bridge`; each node namespace dies with the
-node's processes. Used by ``localcluster.realnode.node`` and ``.pool``.
+veths, and the nftables table that lets Pods reach only the API server and CoreDNS on the host)
+is made here and removed by ``hoststate.clean``; each node namespace dies with the node's
+processes. Used by ``localcluster.realnode.node`` and ``.pool``.
 """
 
 import json
@@ -44,6 +45,11 @@ class ClusterNetwork:
     @property
     def bridge(self) -> str:
         return f"{BRIDGE_PREFIX}{self.slot}"
+
+    @property
+    def nft_table(self) -> str:
+        """The host's nftables table (family ``inet``) that guards the bridge."""
+        return f"signal_br{self.slot}"
 
     @property
     def host_ip(self) -> str:
@@ -117,6 +123,34 @@ def create_bridge(network: ClusterNetwork) -> None:
     run_ip("link", "add", network.bridge, "type", "bridge")
     run_ip("addr", "add", f"{network.host_ip}/24", "dev", network.bridge)
     run_ip("link", "set", network.bridge, "up")
+
+
+def guard_rules(network: ClusterNetwork, api_port: int, dns_port: int) -> str:
+    """An nftables script (pure): from the bridge, the host accepts only the API server's and
+    CoreDNS's ports on its bridge address (and replies to what it started); everything else a
+    node or Pod sends to the host is dropped, so the host's other services stay out of reach."""
+    bridge, host = network.bridge, network.host_ip
+    return (
+        f"table inet {network.nft_table} {{\n"
+        "  chain input {\n"
+        "    type filter hook input priority -10; policy accept;\n"
+        f'    iifname "{bridge}" ct state established,related accept\n'
+        f'    iifname "{bridge}" ip daddr {host} tcp dport {api_port} accept\n'
+        f'    iifname "{bridge}" ip daddr {host} meta l4proto {{ tcp, udp }} th dport {dns_port} accept\n'
+        f'    iifname "{bridge}" drop\n'
+        "  }\n"
+        "}\n"
+    )
+
+
+def guard_host(network: ClusterNetwork, api_port: int, dns_port: int) -> None:
+    """Install :func:`guard_rules` as the cluster's own nftables table (removed with
+    ``nft delete table``; see ``hoststate.clean``)."""
+    result = subprocess.run(
+        ["nft", "-f", "-"], input=guard_rules(network, api_port, dns_port), capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise NetworkError(f"installing nftables table {network.nft_table} failed: {result.stderr.strip()}")
 
 
 def delete_bridge(name: str) -> None:

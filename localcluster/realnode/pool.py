@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import structlog
 
@@ -37,7 +38,18 @@ CONTROLLERS = ("endpointslice-controller",)
 """kube-controller-manager controllers real nodes need besides the local cluster's own."""
 
 
-TOOLS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "ip", "unshare", "nsenter", "openssl")
+TOOLS = (
+    "containerd",
+    "containerd-shim-runc-v2",
+    "runc",
+    "ctr",
+    "iptables",
+    "nft",
+    "ip",
+    "unshare",
+    "nsenter",
+    "openssl",
+)
 
 
 def missing_requirements() -> list[str]:
@@ -143,6 +155,7 @@ class RealNodes:
             "owner": [os.getpid(), hoststate.start_time(os.getpid())],
             "janitor": None,
             "bridge": self.network.bridge,
+            "nftTable": self.network.nft_table,
             "cgroup": self.cgroup,
             "workdir": str(self.directory),
         }
@@ -178,6 +191,10 @@ class RealNodes:
         assert self.pki is not None
         began = time.monotonic()
         self._server = server
+        port = urlsplit(server).port
+        if port is None:
+            raise ValueError(f"API server address {server} names no port")
+        network.guard_host(self.network, port, dns.DNS_PORT)
         await dns.install(admin, self.network)
         await admin.apply(*self._apiserver_kubelet_binding())
         say("building (or finding) the node programs, CoreDNS and the kubelet")

@@ -10,6 +10,7 @@ unauthorised callers.
 
 import asyncio
 import json
+import socket
 import ssl
 import subprocess
 import time
@@ -274,3 +275,34 @@ async def test_simulated_nodes_still_run_beside_real_ones(real: LocalCluster) ->
         lambda: _is(real.admin, namespace, "simulated", "Failed"), f"the signalled Pod ({answer.stderr})", 60
     )
     await real.remove_node("sim-1")
+
+
+async def test_pods_reach_only_the_api_server_and_dns_on_the_host(real: LocalCluster) -> None:
+    """The host's bridge address is the Pods' way to the API server and CoreDNS, and nothing
+    else: a service listening on the host (on all addresses, as many do) stays out of reach."""
+    pool = nodes_of(real)
+    namespace = await new_namespace(real)
+    await real.admin.create(resource_path("v1", "pods", namespace), pod("prober", "node-1", ["sleep", "600"]))
+    await wait_for(lambda: _is(real.admin, namespace, "prober", "Running"), "Pod prober running", 120)
+    with socket.create_server(("0.0.0.0", 0)) as listener:
+        port = listener.getsockname()[1]
+        target = f"{pool.network.host_ip}:{port}"
+        argv = [str(kplane_binary()), "kubectl", f"--kubeconfig={real.plane.admin_kubeconfig}", "-n", namespace]
+        command = [*argv, "exec", "prober", "--", "/nettest", "connect", target, "3"]
+        answer = await asyncio.to_thread(
+            subprocess.run, command, capture_output=True, text=True, timeout=60, check=False
+        )
+    assert answer.returncode != 0, f"a Pod reached a host service at {target}: {answer.stdout}"
+    assert "connect" in answer.stderr
+    assert kubectl(
+        real,
+        "-n",
+        namespace,
+        "exec",
+        "prober",
+        "--",
+        "/nettest",
+        "connect",
+        f"{pool.network.host_ip}:{real.plane.apiserver_port}",
+        "5",
+    ).startswith("connected")

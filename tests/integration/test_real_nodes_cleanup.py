@@ -3,8 +3,8 @@ SIGKILLed (the janitor cleans within seconds), and not after owner and janitor a
 (the next start sweeps). Each test runs a one-node cluster with a running Pod in a child
 process, takes note of everything it put on the host, and checks it is all gone: processes
 (node processes, containerd's shims, the containers), the bridge, the cgroups, the record,
-mounts, ``/run/containerd``, ``/run/netns/cni-*``, ``/var/lib/cni``, the host's iptables rules
-and ``ip_forward``."""
+mounts, ``/run/containerd``, ``/run/netns/cni-*``, ``/var/lib/cni``, the host's iptables and
+nftables rules and ``ip_forward``."""
 
 import json
 import os
@@ -62,6 +62,7 @@ CHILD = textwrap.dedent(
             record = json.loads(nodes._record.read_text())
         info = {
             "bridge": nodes.network.bridge, "cgroup": nodes.cgroup, "record": str(nodes._record),
+            "nftTable": nodes.network.nft_table,
             "janitor": record["janitor"][0], "workdir": str(cluster.plane.workdir),
             "pids": sorted(hoststate._pids_in(nodes.cgroup)),
         }
@@ -79,11 +80,15 @@ def host_view() -> dict[str, Any]:
     """What real nodes could change on the host outside their records."""
     iptables = subprocess.run(["iptables-save"], capture_output=True, text=True, check=False).stdout
     rules = sorted(line for line in iptables.splitlines() if not line.startswith("#"))
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True, check=False).stdout
     return {
         "run_containerd": Path("/run/containerd").exists(),
         "cni_netns": sorted(p.name for p in Path("/run/netns").glob("cni-*")) if Path("/run/netns").exists() else [],
         "var_lib_cni": sorted(str(p) for p in Path("/var/lib/cni").rglob("*")) if Path("/var/lib/cni").exists() else [],
         "iptables": rules,
+        # Every table but the clusters' own (another test's cluster may come and go meanwhile;
+        # this cluster's table is checked by name in leftovers()).
+        "nftables": sorted(line for line in tables.splitlines() if not line.startswith("table inet signal_br")),
         "ip_forward": Path("/proc/sys/net/ipv4/ip_forward").read_text().strip(),
     }
 
@@ -98,6 +103,8 @@ def leftovers(info: dict[str, Any]) -> list[str]:
     found += [f"bridge {info['bridge']}"] if Path("/sys/class/net", info["bridge"]).exists() else []
     found += [f"cgroup {d}" for d in hoststate.cgroup_dirs(info["cgroup"]) if d.exists()]
     found += [f"record {info['record']}"] if Path(info["record"]).exists() else []
+    table = subprocess.run(["nft", "list", "table", "inet", info["nftTable"]], capture_output=True, check=False)
+    found += [f"nftables table {info['nftTable']}"] if table.returncode == 0 else []
     mounts = Path("/proc/self/mountinfo").read_text()
     found += [f"mount under {info['workdir']}"] if info["workdir"] in mounts else []
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
@@ -118,7 +125,10 @@ def wait_clean(info: dict[str, Any], timeout: float) -> list[str]:
 
 
 @pytest.fixture
-def child() -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
+def child() -> Iterator[tuple[subprocess.Popen[str], dict[str, Any], dict[str, Any]]]:
+    """A child process running a one-node cluster with a Pod: (process, what it made, the
+    host as it was before it started)."""
+    before = host_view()
     process = subprocess.Popen(
         [sys.executable, "-c", CHILD],
         stdin=subprocess.PIPE,
@@ -132,7 +142,7 @@ def child() -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
         assert line, f"the child cluster did not start (exit {process.wait()})"
         info = json.loads(line)
         assert len(info["pids"]) >= 5, info  # holder, containerd, kubelet, kube-proxy, a shim, the Pod
-        yield process, info
+        yield process, info, before
     finally:
         if process.poll() is None:
             process.kill()
@@ -142,9 +152,10 @@ def child() -> Iterator[tuple[subprocess.Popen[str], dict[str, Any]]]:
                 stream.close()
 
 
-def test_a_stopped_cluster_leaves_no_host_state(child: tuple[subprocess.Popen[str], dict[str, Any]]) -> None:
-    process, info = child
-    before = host_view()
+def test_a_stopped_cluster_leaves_no_host_state(
+    child: tuple[subprocess.Popen[str], dict[str, Any], dict[str, Any]],
+) -> None:
+    process, info, before = child
     assert process.stdin is not None
     assert process.stdout is not None
     process.stdin.write("stop\n")
@@ -157,10 +168,9 @@ def test_a_stopped_cluster_leaves_no_host_state(child: tuple[subprocess.Popen[st
 
 
 def test_a_sigkilled_cluster_is_cleaned_by_its_janitor_within_seconds(
-    child: tuple[subprocess.Popen[str], dict[str, Any]],
+    child: tuple[subprocess.Popen[str], dict[str, Any], dict[str, Any]],
 ) -> None:
-    process, info = child
-    before = host_view()
+    process, info, before = child
     began = time.monotonic()
     process.send_signal(signal.SIGKILL)
     process.wait()
@@ -170,15 +180,15 @@ def test_a_sigkilled_cluster_is_cleaned_by_its_janitor_within_seconds(
 
 
 def test_the_next_start_cleans_what_a_killed_cluster_and_janitor_left(
-    child: tuple[subprocess.Popen[str], dict[str, Any]], tmp_path: Path
+    child: tuple[subprocess.Popen[str], dict[str, Any], dict[str, Any]], tmp_path: Path
 ) -> None:
-    process, info = child
-    before = host_view()
+    process, info, before = child
     os.kill(info["janitor"], signal.SIGKILL)
     process.send_signal(signal.SIGKILL)
     process.wait()
     # Nobody cleans up: the Pod's container and containerd's shim outlive everything else.
     assert Path("/sys/class/net", info["bridge"]).exists()
+    assert f"nftables table {info['nftTable']}" in leftovers(info)
     assert any(_alive(pid) for pid in info["pids"])
     assert Path(info["record"]).exists()
     nodes = RealNodes(gpu_nodes(1))

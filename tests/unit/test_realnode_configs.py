@@ -56,6 +56,14 @@ def test_out_of_range_addresses_are_refused(slot: int, index: int) -> None:
         network.ClusterNetwork(slot).node_ip(index)
 
 
+def test_the_host_guard_lets_pods_reach_only_the_api_server_and_dns() -> None:
+    rules = network.guard_rules(network.ClusterNetwork(4), 6443, 53).splitlines()
+    assert "table inet signal_br4 {" in rules
+    assert '    iifname "signal-br4" ip daddr 10.250.4.1 tcp dport 6443 accept' in rules
+    assert '    iifname "signal-br4" ip daddr 10.250.4.1 meta l4proto { tcp, udp } th dport 53 accept' in rules
+    assert rules[-3] == '    iifname "signal-br4" drop'  # the last rule: everything else from the bridge
+
+
 def test_cni_config_is_a_bridge_with_the_nodes_range_kept_in_its_directory(tmp_path: Path) -> None:
     config = json.loads(network.cni_config(network.ClusterNetwork(2), 1, tmp_path))
     (bridge,) = config["plugins"]

@@ -53,7 +53,11 @@ func main() {
 	case "dial":
 		dial(get(args, 1))
 	case "connect":
-		connect(get(args, 1))
+		seconds := 20.0
+		if len(args) > 2 {
+			seconds, _ = strconv.ParseFloat(args[2], 64)
+		}
+		connect(get(args, 1), time.Duration(seconds*float64(time.Second)))
 	case "apiget":
 		apiget(get(args, 1))
 	case "lookup":
@@ -68,7 +72,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: pause | nettest echo WORDS | exit CODE | sleep SECONDS | serve PORT | dial HOST:PORT | connect HOST:PORT | apiget PATH | lookup NAME | hostname")
+	fmt.Fprintln(os.Stderr, "usage: pause | nettest echo WORDS | exit CODE | sleep SECONDS | serve PORT | dial HOST:PORT | connect HOST:PORT [SECONDS] | apiget PATH | lookup NAME | hostname")
 	os.Exit(2)
 }
 
@@ -137,10 +141,10 @@ func dial(address string) {
 	}
 }
 
-// connect opens a TCP connection to ADDRESS (retrying for up to 20 s), prints "connected" and
+// connect opens a TCP connection to ADDRESS (retrying for up to LIMIT), prints "connected" and
 // closes it: for servers that wait for the client to speak first (TLS).
-func connect(address string) {
-	deadline := time.Now().Add(20 * time.Second)
+func connect(address string, limit time.Duration) {
+	deadline := time.Now().Add(limit)
 	for {
 		conn, err := net.DialTimeout("tcp", address, 2*time.Second)
 		if err == nil {
