@@ -3,12 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint deps kplane argo crds images mpi-operator
+.PHONY: demo test lint deps kplane argo coredns crds images mpi-operator
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
 
-test: deps kplane argo lint
+test: deps kplane argo coredns lint
 	$(BIN)/python -m pytest
 
 lint: deps
@@ -28,6 +28,10 @@ $(VENV)/.installed: pyproject.toml
 
 kplane:
 	localcluster/kplane/build.sh >/dev/null
+
+# CoreDNS with the kubernetes plugin, for the local cluster's real nodes.
+coredns:
+	localcluster/coredns/build.sh >/dev/null
 
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
 argo:
