@@ -1,5 +1,6 @@
 """Starts and stops etcd, kube-apiserver, kube-controller-manager and kube-scheduler
-as local processes of the kplane binary, all bound to 127.0.0.1.
+as local processes of the kplane binary, all bound to 127.0.0.1 (with real nodes, the API
+server binds their bridge's host address instead: see ``localcluster.realnode``).
 
 Authentication: a static token file (an admin in system:masters and a few named users)
 and real ServiceAccount tokens (TokenRequest), authorised by RBAC. Logs of every
