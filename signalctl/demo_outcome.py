@@ -64,7 +64,7 @@ def problems(runs: Sequence[Obj], nodes: Sequence[Obj], verify_codes: Mapping[st
                 f"Run {name} [{', '.join(group)}] ended {status.get('phase')} ({status.get('reason')}: "
                 f"{status.get('message')}), expected {phase} ({reason})"
             )
-        if phase == "Succeeded" and not is_released(run):
+        if status.get("phase") == phase == "Succeeded" and not is_released(run):
             found.append(f"Run {name} Succeeded but is not released")
     if len(runs) != len(by_group) or len(runs) != 2:
         found.append(f"expected 2 Runs, found {len(runs)}")

@@ -153,7 +153,7 @@ def test_demo_certifies_end_to_end_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
 def test_a_demo_killed_mid_run_leaves_nothing_and_the_next_starts_cleanly() -> None:
     lines: list[str] = []
     with demo("--nodes", "4") as process:
-        assert _read_until(process, "Nodes done", lines, 900), "\n".join(lines)
+        assert _read_until(process, "]: Running", lines, 900), "\n".join(lines)
         workdir = Path(
             next(line for line in lines if "work directory:" in line).split("work directory: ")[1].split()[0]
         )

@@ -65,6 +65,7 @@ def test_every_node_unknown_is_a_problem() -> None:
     found = outcome.problems(runs, nodes, {"a": 0, "b": 0})
     assert len([p for p in found if p.endswith("is Unknown, expected Pass") or "is Unknown" in p]) == 4
     assert any("ended Inconclusive" in p for p in found)
+    assert not any("Succeeded but is not released" in p for p in found)
 
 
 def test_the_report_waits_for_the_release_of_the_succeeded_run() -> None:
