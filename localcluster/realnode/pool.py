@@ -81,6 +81,9 @@ class RealNodes:
     net: network.ClusterNetwork | None = None
     pki: ClusterPKI | None = None
     directory: Path = Path()
+    keep: bool = False
+    """Keep the nodes' directory (logs, containerd's root) after release, like the control
+    plane's ``keep_workdir`` (``SIGNAL_KEEP_CLUSTER_DIR=1`` in the tests)."""
     _record: Path | None = None
     _janitor: "subprocess.Popen[bytes] | None" = None
     _janitor_pipe: int = -1
@@ -110,6 +113,7 @@ class RealNodes:
                 "run hack/install-system-deps.sh as root (or use simulated Nodes only)"
             )
         self.directory = plane.workdir / "realnodes"
+        self.keep = self.keep or plane.keep_workdir
         self.directory.mkdir(parents=True, exist_ok=True)
         with hoststate.locked() as state:
             for bridge in hoststate.sweep():
@@ -302,7 +306,8 @@ class RealNodes:
                 os.write(self._janitor_pipe, b"stop")
             os.close(self._janitor_pipe)
             self._janitor_pipe = -1
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if not self.keep:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def logs(self, lines: int = 20) -> str:
         """The last lines of every node process's log."""
