@@ -25,7 +25,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 RANKS = """#!/bin/sh
 echo "rank $SIGNAL_RANK of $SIGNAL_WORLD_SIZE on ${HOSTNAME:-$(hostname)}"
 printf '{"world": %s}' "$SIGNAL_WORLD_SIZE" > "$SIGNAL_MEASUREMENTS_FILE"
-case "${HOSTNAME:-$(hostname)}" in $FAIL_HOST) if [ "$SIGNAL_RANK" = "1" ]; then exit 4; fi ;; esac
+case "$SIGNAL_POD_NAME" in $FAIL_HOST) if [ "$SIGNAL_RANK" = "1" ]; then exit 4; fi ;; esac
 """
 NO_SSHD = ("--mpi-worker-sshd", "/nonexistent/sshd")
 

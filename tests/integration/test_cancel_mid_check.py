@@ -51,6 +51,20 @@ def slow_check(backend: str) -> dict[str, Any]:
     return check
 
 
+async def step_logs(world: World) -> str:
+    """The Workflow's step Pods' logs (for failure messages)."""
+    assert world.cluster.kubelet is not None
+    parts = []
+    for pod in (await world.admin.get(resource_path("v1", "pods", world.namespace)))["items"]:
+        if "workflows.argoproj.io/workflow" not in pod["metadata"].get("labels", {}):
+            continue
+        for container in pod["spec"]["containers"]:
+            log = world.cluster.kubelet.log_path(pod, container["name"])
+            text = log.read_text(errors="replace")[-2500:] if log.exists() else "(no log)"
+            parts.append(f"--- {pod['metadata']['name']}/{container['name']} ---\n{text}")
+    return "\n".join(parts)
+
+
 async def backend_workloads(admin: KubeClient, namespace: str, uid: str) -> list[str]:
     selector = f"{keys.RUN_UID_LABEL}={uid}"
     pods = await admin.get(resource_path("v1", "pods", namespace), labelSelector=selector)
@@ -100,7 +114,18 @@ async def test_cancel_mid_check_ends_canceled_with_every_workload_removed(
             current: Obj = await admin.get(path)
             return current if (current.get("status") or {}).get("phase") == "Canceled" else None
 
-        current = await eventually(canceled, timeout=120, interval=1.0, what=f"Canceled\n{controller.logs()}")
+        try:
+            current = await eventually(canceled, timeout=120, interval=1.0, what="Canceled")
+        except AssertionError as exc:
+            workflow = await admin.get(
+                resource_path("argoproj.io/v1alpha1", "workflows", world.namespace, run["metadata"]["name"])
+            )
+            state = {
+                "run": (await admin.get(path)).get("status"),
+                "workflow": {k: workflow.get("status", {}).get(k) for k in ("phase", "message")},
+                "left": await backend_workloads(admin, world.namespace, uid),
+            }
+            raise AssertionError(f"{exc}\n{state}\n{controller.logs()}\n{await step_logs(world)}") from None
         conditions = {c["type"]: c for c in current["status"]["conditions"]}
         assert conditions["WorkloadCleanupComplete"]["status"] == "True", conditions
         assert await backend_workloads(admin, world.namespace, uid) == []
