@@ -20,13 +20,15 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import structlog
 import yaml
 
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import ControlPlane
 from localcluster.fleet import SimNode
-from localcluster.kube import KubeClient, Obj, resource_path
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
 from shared.digests import bundle_digest
 from tests.chaos.checker import Rules, Violation, check
@@ -41,6 +43,36 @@ SCRIPTS = {
     "nccl.sh": '#!/bin/sh\necho "rank $SIGNAL_RANK of $SIGNAL_WORLD_SIZE"\n',
 }
 BUDGET = {"topologyKey": keys.ZONE_LABEL, "maxNodesUnderTest": 2}
+
+
+class PatientClient(KubeClient):
+    """The campaign's own operator: it waits out the outages it causes (a retryable error, an
+    answer of 429 or 5xx, or no answer) for up to a minute before giving up."""
+
+    async def request(self, method: str, path: str, **kw: Any) -> Obj:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return await super().request(method, path, **kw)
+            except ApiError as exc:
+                if not (exc.retryable or exc.status == 429 or exc.status >= 500) or time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.5)
+
+
+async def supervise(replicas: list[ControllerProcess], recorder: Recorder, paused: set[int]) -> None:
+    """Restart a replica whose process ended, as a Deployment would (a stopped one is not ended)."""
+    while True:
+        for replica in replicas:
+            process = replica.process
+            if process is not None and process.poll() is not None and process.pid not in paused:
+                try:
+                    await replica.start()  # needs the API server (its token): may fail during an outage
+                except Exception as exc:  # any failure: try again at the next tick
+                    recorder.fault("replica-restart-failed", identity=replica.identity, error=str(exc)[:200])
+                else:
+                    recorder.fault("replica-restarted", identity=replica.identity, code=process.returncode)
+        await asyncio.sleep(1.0)
 
 
 @dataclass
@@ -181,8 +213,9 @@ async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report
     await cluster.start()
     replicas: list[ControllerProcess] = []
     recorder: Recorder | None = None
+    supervisor: asyncio.Task[None] | None = None
+    admin = PatientClient(cluster.admin.server, cluster.admin.token, cluster.admin.ca_file)
     try:
-        admin = cluster.admin
         namespace = f"chaos-{seed}"
         await cluster.create_namespace(namespace)
         world = World(cluster, admin, namespace)
@@ -207,6 +240,7 @@ async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report
             await replica.start()
             replicas.append(replica)
         injector = Injector(cluster, admin, namespace, replicas, recorder, rng, names, zones, profiles)
+        supervisor = asyncio.create_task(supervise(replicas, recorder, injector.paused))
         plan = schedule(seed, faults, span)
         waves = [span * i / 6 for i in range(6)]
         start = time.monotonic()
@@ -229,10 +263,13 @@ async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report
         runs = (await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)))["items"]
         report.runs.update((r.get("status") or {}).get("phase", "Pending") for r in runs)
     finally:
+        if supervisor is not None:
+            supervisor.cancel()
         if recorder is not None:
             await recorder.stop()
         for replica in replicas:
             replica.stop()
+        await admin.close()
         await cluster.stop()
     assert recorder is not None
     report.records, report.relists = len(recorder.records), recorder.relists
@@ -261,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     for seed in _seeds(args.seeds):
         workdir = Path(tempfile.mkdtemp(prefix=f"signal-chaos-{seed}-"))
         print(f"seed {seed}: {args.faults} faults over {args.span:.0f}s; work dir {workdir}", flush=True)
+        # The local cluster's own logs go to a file in the work directory, not the report.
+        log = (workdir / "local-cluster.log").open("a", encoding="utf-8")
+        structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=log))
         report = asyncio.run(run_seed(seed, args.faults, args.span, workdir))
         print("\n".join(report.lines()), flush=True)
         reports.append(report)

@@ -69,6 +69,8 @@ class Injector:
     profiles: list[str]
     injected: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    paused: set[int] = field(default_factory=set)
+    """Pids stopped on purpose (SIGSTOP): not to be restarted while they sleep."""
     _undo: list[asyncio.Task[None]] = field(default_factory=list)
     _sources: int = 0
 
@@ -83,14 +85,11 @@ class Injector:
         counter[kind] = counter.get(kind, 0) + 1
 
     async def settle(self) -> None:
-        """Undo every fault still in place (restart what is down, continue what is stopped)."""
+        """Undo every fault still in place (restart Argo, continue what is stopped, uncordon)."""
         for task in self._undo:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._undo.clear()
-        for replica in self.replicas:
-            if replica.process is None or replica.process.poll() is not None:
-                await replica.start()
 
     def later(self, delay: float, undo: Callable[[], Awaitable[None]]) -> None:
         async def run() -> None:
@@ -113,9 +112,8 @@ class Injector:
         leader = await self._leader()
         if leader is None or leader.process is None or leader.process.poll() is not None:
             return False
-        leader.process.kill()
+        leader.process.kill()  # the campaign's supervisor restarts it, as a Deployment would
         self.recorder.fault("kill-leader", identity=leader.identity)
-        self.later(self.rng.uniform(1, 5), leader.start)
         return True
 
     async def _pause_leader(self) -> bool:
@@ -123,12 +121,14 @@ class Injector:
         if leader is None or leader.process is None or leader.process.poll() is not None:
             return False
         pid = leader.process.pid
+        self.paused.add(pid)
         os.kill(pid, signal.SIGSTOP)
         self.recorder.fault("pause-leader", identity=leader.identity)
 
         async def wake() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+            self.paused.discard(pid)
             self.recorder.fault("resume-leader", identity=leader.identity)
 
         self.later(15 + self.rng.uniform(2, 6), wake)  # past the 15 s Lease

@@ -63,13 +63,13 @@ class Recorder:
         self.records.append(record)
         history.write(self.path, [record])
 
-    def operator(self, action: str, answer: Obj | None = None, **detail: object) -> None:
+    def operator(self, action: str, answer: Obj | None = None, /, **detail: object) -> None:
         """An action of the campaign; ``answer`` is the API server's reply to its write."""
         rv = int((answer or {}).get("metadata", {}).get("resourceVersion") or 0)
         self._add(OPERATOR, action, rv, dict(detail))
 
-    def fault(self, name: str, **detail: object) -> None:
-        self._add(FAULT, name, 0, dict(detail))
+    def fault(self, what: str, /, **detail: object) -> None:
+        self._add(FAULT, what, 0, dict(detail))
 
     async def start(self) -> None:
         for source in self.watched:
