@@ -22,7 +22,7 @@ from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.digests import bundle_digest
-from shared.evidence import encode
+from shared.evidence import CHECK_EVIDENCE_SCHEMA, DIGEST_ANNOTATION, SCHEMA_ANNOTATION, encode
 from tests import evidence_builders as eb
 from tests.controller_support import ControllerProcess, World, eventually, install_rbac, profile_body, reserved_by
 from tests.integration.test_end_to_end import SCRIPTS, _checks, install_workflow_template
@@ -56,6 +56,7 @@ def evidence_config_map(run: Obj, payload: bytes) -> Obj:
                 keys.RUN_UID_LABEL: meta["uid"],
                 keys.COMPONENT_LABEL: "evidence",
             },
+            "annotations": {DIGEST_ANNOTATION: "sha256:" + "0" * 64, SCHEMA_ANNOTATION: RUN_EVIDENCE_SCHEMA},
             "ownerReferences": [
                 {"apiVersion": API, "kind": keys.RUN_KIND, "name": meta["name"], "uid": meta["uid"], "controller": True}
             ],
@@ -141,7 +142,13 @@ async def test_bad_objects_do_not_stop_the_good_runs(
             return running if len(running) == 2 else None
 
         await eventually(both_running, timeout=120, what=f"two good Runs in flight\n{controller.logs()}")
-        bad = await make_corpus(cluster, world, admin, namespace)
+        # Runs that look admitted earlier cannot be made while a controller watches (it would see
+        # each one Pending, between its create and its status patch, and roll it back as a
+        # half-admission): they are made while it is stopped, the good Runs still in flight.
+        controller.stop()
+        bad = await make_runs(cluster, world, admin, namespace)
+        await controller.start()
+        bad |= await make_corpus(cluster, world, admin, namespace)
         assert len(bad) >= 10
 
         async def good_finished() -> dict[str, str] | None:
@@ -158,29 +165,30 @@ async def test_bad_objects_do_not_stop_the_good_runs(
             await eventually(check, timeout=120, interval=0.5, what=f"{what}\n{controller.logs()}")
         assert controller.process is not None
         assert controller.process.poll() is None, f"the controller exited\n{controller.logs()}"
-        assert controller.starts == 1
+        assert controller.starts == 2
     finally:
         controller.stop()
         await world.cleanup()
 
 
-async def make_corpus(cluster: LocalCluster, world: World, admin: KubeClient, namespace: str) -> dict[str, Any]:
-    """Create the bad objects; returns, per object, a check that its end is clear."""
+def ended_with_event(admin: KubeClient, namespace: str, run: Obj, phases: set[str], *reasons: str) -> Any:
+    name = run["metadata"]["name"]
+
+    async def check() -> bool:
+        status = await run_status(admin, namespace, name)
+        warned = await warning_reasons(admin, namespace, name)
+        return status.get("phase") in phases and bool(warned) and (not reasons or bool(warned & set(reasons)))
+
+    return check
+
+
+async def make_runs(cluster: LocalCluster, world: World, admin: KubeClient, namespace: str) -> dict[str, Any]:
+    """Create the bad Runs; returns, per Run, a check that its end is clear."""
     sa = await identities.service_account(cluster.plane, namespace, "signal-controller", create=False)
     checks: dict[str, Any] = {}
     names = world.node_names(6, "bad-")
     await world.add_nodes(names, requested_for=None)
     nodes = await world.nodes(names)
-
-    def ended_with_event(run: Obj, phases: set[str], *reasons: str) -> Any:
-        name = run["metadata"]["name"]
-
-        async def check() -> bool:
-            status = await run_status(admin, namespace, name)
-            warned = await warning_reasons(admin, namespace, name)
-            return status.get("phase") in phases and bool(warned) and (not reasons or bool(warned & set(reasons)))
-
-        return check
 
     # 1-3: the Run's own evidence ConfigMap is unreadable, foreign, or of the wrong shape.
     async with sa.client() as kube:
@@ -188,7 +196,7 @@ async def make_corpus(cluster: LocalCluster, world: World, admin: KubeClient, na
         await kube.create(
             resource_path("v1", "configmaps", namespace), evidence_config_map(unreadable, b"\x1f\x8bnot gzip")
         )
-        checks["unreadable evidence"] = ended_with_event(unreadable, {"Inconclusive"})
+        checks["unreadable evidence"] = ended_with_event(admin, namespace, unreadable, {"Inconclusive"})
         foreign = await crafted_run(admin, namespace, nodes[1:2])
         other = {
             "schema": RUN_EVIDENCE_SCHEMA,
@@ -196,28 +204,48 @@ async def make_corpus(cluster: LocalCluster, world: World, admin: KubeClient, na
             "phase": "Succeeded",
         }
         await kube.create(resource_path("v1", "configmaps", namespace), evidence_config_map(foreign, encode(other)[2]))
-        checks["evidence of another Run"] = ended_with_event(foreign, {"Inconclusive"})
+        checks["evidence of another Run"] = ended_with_event(admin, namespace, foreign, {"Inconclusive"})
         shaped = await crafted_run(admin, namespace, nodes[2:3])
         wrong = {"schema": RUN_EVIDENCE_SCHEMA, "run": "not an object", "phase": 7, "nodes": []}
         await kube.create(resource_path("v1", "configmaps", namespace), evidence_config_map(shaped, encode(wrong)[2]))
-        checks["a document of the wrong shape"] = ended_with_event(shaped, {"Inconclusive"})
+        checks["a document of the wrong shape"] = ended_with_event(admin, namespace, shaped, {"Inconclusive"})
     # 4: a Run whose Workflow name is taken by a Workflow it does not own.
     hijacked = await crafted_run(admin, namespace, nodes[3:4], workflow=False)
     await admin.create(resource_path(WORKFLOWS, "workflows", namespace), foreign_workflow(hijacked["metadata"]["name"]))
-    checks["a Workflow owned by someone else"] = ended_with_event(hijacked, {"Inconclusive"}, "WorkflowNotOwned")
+    checks["a Workflow owned by someone else"] = ended_with_event(
+        admin, namespace, hijacked, {"Inconclusive"}, "WorkflowNotOwned"
+    )
     # 5: a Run whose Nodes vanished and whose check evidence is missing.
     ghost = {"metadata": {"name": f"{namespace}-ghost", "uid": str(uuid.uuid4())}}
     vanished = await crafted_run(admin, namespace, [ghost])
-    checks["a Run over vanished Nodes"] = ended_with_event(vanished, {"Inconclusive"})
+    checks["a Run over vanished Nodes"] = ended_with_event(admin, namespace, vanished, {"Inconclusive"})
     # 6: a check evidence ConfigMap that is plain garbage (acceptance's own fail-closed path).
     garbage = await crafted_run(admin, namespace, nodes[4:5])
     with_raw = eb.config_map(
         f"{garbage['metadata']['name']}-c0-evidence", None, raw=gzip.compress(b"[1, 2"), owner=garbage
     )
-    with_raw["metadata"]["labels"] = {keys.RUN_UID_LABEL: garbage["metadata"]["uid"], keys.COMPONENT_LABEL: "evidence"}
-    async with sa.client() as kube:
+    with_raw["metadata"]["labels"] = {
+        keys.RUN_NAME_LABEL: garbage["metadata"]["name"],
+        keys.RUN_UID_LABEL: garbage["metadata"]["uid"],
+        keys.COMPONENT_LABEL: "evidence",
+        keys.CHECK_LABEL: "check-0",
+    }
+    with_raw["metadata"]["annotations"] = {
+        DIGEST_ANNOTATION: "sha256:" + "0" * 64,
+        SCHEMA_ANNOTATION: CHECK_EVIDENCE_SCHEMA,
+    }
+    adapter = await identities.service_account(cluster.plane, namespace, "signal-adapter", create=False)
+    async with adapter.client() as kube:  # only the adapter may write a check's evidence
         await kube.create(resource_path("v1", "configmaps", namespace), with_raw)
-    checks["malformed check evidence"] = ended_with_event(garbage, {"Inconclusive"})
+    checks["malformed check evidence"] = ended_with_event(admin, namespace, garbage, {"Inconclusive"})
+    return checks
+
+
+async def make_corpus(cluster: LocalCluster, world: World, admin: KubeClient, namespace: str) -> dict[str, Any]:
+    """Create the other bad objects, with the controller running; returns, per object, a
+    check that its end is clear."""
+    checks: dict[str, Any] = {}
+    names = world.node_names(6, "bad-")
     # 7-9: profiles whose source vanishes, is mutable, or does not match its digest.
     for case, source in (("vanished", "gone"), ("mutable", "mutable"), ("mismatch", "other")):
         profile = f"{namespace}-{case}"
