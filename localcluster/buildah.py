@@ -78,7 +78,9 @@ class Buildah:
             self("rm", container, what=f"removing the working container {container}")
 
     def bud(self, dockerfile: Path, context: Path, reference: str, *, pip_cert: str | None) -> None:
-        """``buildah bud`` with chroot isolation, never pulling, keeping layers for the next build."""
+        """``buildah bud`` with chroot isolation, never pulling. One commit per stage (no
+        ``--layers``): with vfs every layer is a full copy of the root filesystem, and
+        localcluster/images.py caches whole images by content instead."""
         extra: list[str] = []
         if pip_cert:
             extra = ["--volume", f"{pip_cert}:{BUILD_CA_PATH}:ro", "--build-arg", f"PIP_CERT={BUILD_CA_PATH}"]
@@ -87,7 +89,7 @@ class Buildah:
             "--isolation",
             "chroot",
             "--pull=never",
-            "--layers",
+            "--layers=false",
             *extra,
             "--file",
             str(dockerfile),
@@ -117,3 +119,8 @@ class Buildah:
         if not digest.startswith("sha256:"):
             raise ImageBuildError(f"buildah push wrote no digest for {reference} (got {digest!r})")
         return digest
+
+    def remove_image(self, reference: str) -> None:
+        """Drop an image (kept in its OCI archive) and whatever only it used."""
+        self("rmi", reference, what=f"removing {reference} from buildah's storage")
+        self("rmi", "--prune", what="pruning buildah's storage")

@@ -232,6 +232,8 @@ class Builder:
         archive = self.directory / f"{name}.tar"
         digest = self.buildah.push_oci_archive(reference, archive)
         config = self.buildah.image_config(reference)
+        # The archive is the product; only the base stays in buildah's storage.
+        self.buildah.remove_image(reference)
         image = Image(
             name=name,
             reference=reference,
