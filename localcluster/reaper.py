@@ -7,7 +7,8 @@ library only (it starts fast and imports nothing of the project). While the owne
 polls /proc four times a second (and at once when the owner writes ``scan``) and remembers
 every descendant of the owner (pid, start time, process group) in ``<record>.seen``. Then:
 
-* the owner writes ``stop`` and closes the pipe (a clean stop): it exits, killing nothing;
+* the owner writes ``stop`` and closes the pipe (a clean stop): it kills only what the run
+  forgot (a remembered process that still names the run's work directory), then exits;
 * the pipe reaches end-of-file without ``stop`` (the owner died): it kills every remembered
   process that is still the same process (same start time) and every process of the remembered
   process groups (except the owner's own group, shared with whatever started the owner), and
@@ -162,10 +163,34 @@ def watch(record_path: str, owner: int) -> None:
             if not chunk:
                 break
     if message.strip() == b"stop":
+        leftovers(record_path, seen)
         with contextlib.suppress(OSError):
             os.unlink(record_path + ".seen")
         return
     clean(record_path)
+
+
+def leftovers(record_path: str, seen: dict[int, tuple[int, int]]) -> None:
+    """After a clean stop: kill what the run started that is still there (a process it
+    remembered, still the same process, whose command line or working directory names the run's
+    work directory, e.g. a Pod's process in a session of its own that nothing stopped)."""
+    try:
+        with open(record_path, encoding="utf-8") as handle:
+            workdir = json.load(handle).get("workdir") or ""
+    except (OSError, ValueError):
+        return
+    killed = []
+    table = processes()
+    for pid, (_pgrp, start) in seen.items():
+        if pid in table and table[pid][2] == start and in_workdir(pid, workdir):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    if killed:
+        sys.stderr.write(
+            f"localcluster watchdog: killed {len(killed)} process(es) left behind by the stopped run in {workdir}: "
+            f"{killed}\n"
+        )
 
 
 def main() -> None:

@@ -161,3 +161,52 @@ def test_the_next_start_sweeps_a_run_whose_owner_and_watchdog_were_killed(
     assert not (tmp_path / "work").exists()
     assert not Path(str(info["record"])).exists()
     assert procs.sweep() == []
+
+
+CLEAN_STOP = textwrap.dedent(
+    """
+    import json, subprocess, sys, time
+    from pathlib import Path
+    from localcluster import procs, reaper
+
+    workdir = Path(sys.argv[1])
+    workdir.mkdir()
+    record = procs.RunRecord.open(workdir, keep=True)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "start_new_session": True}
+    forgotten = subprocess.Popen(["sleep", "305"], cwd=workdir, **quiet)
+    unrelated = subprocess.Popen(["sleep", "306"], **quiet)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        seen = reaper.load_seen(str(record.path) + ".seen")
+        if forgotten.pid in seen and unrelated.pid in seen:
+            break
+        time.sleep(0.05)
+    record.close()
+    print(json.dumps({"forgotten": forgotten.pid, "unrelated": unrelated.pid}), flush=True)
+    """
+)
+
+
+def test_a_clean_stop_kills_only_what_the_run_forgot(tmp_path: Path, runs_dir: Path) -> None:
+    """A Pod's process that nothing stopped (it names the run's work directory) dies at the
+    clean stop; a process of the owner that has nothing to do with the run is left alone."""
+    done = subprocess.run(
+        [sys.executable, "-c", CLEAN_STOP, str(tmp_path / "work")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "SIGNAL_RUNS_DIR": str(runs_dir)},
+    )
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    try:
+        assert _wait_gone([info["forgotten"]], 10) == []
+        assert _alive([info["unrelated"]]) == [info["unrelated"]]
+        assert "killed 1 process(es) left behind by the stopped run" in done.stderr
+        assert (tmp_path / "work").is_dir(), "a kept work directory stays"
+        assert list(runs_dir.iterdir()) == []
+    finally:
+        for pid in _alive([info["forgotten"], info["unrelated"]]):
+            os.kill(pid, signal.SIGKILL)
