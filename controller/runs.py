@@ -29,6 +29,11 @@ from shared.run import TERMINAL_PHASES, Phase
 
 WORKFLOWS = "argoproj.io/v1alpha1"
 FINISHED_WORKFLOW_PHASES = frozenset({"Succeeded", "Failed", "Error"})
+SHUTDOWN = "Stop"
+"""How the controller stops a Workflow (cancel, suite deadline): Argo's ``Stop`` stops the
+running step and then runs the exit handler, whose adapter removes the interrupted check's
+workloads, evidence first. (``Terminate`` skips exit handlers, and Argo v4's executor kills
+the step's adapter with SIGKILL right after SIGTERM, so the adapter cannot clean up itself.)"""
 
 
 def deadline_passed(run: Obj, now: datetime) -> bool:
@@ -88,10 +93,10 @@ async def _watch_running(ctx: Context, run: Obj) -> None:
             )
             await accept(ctx, run, None, deadline_passed=late)
     elif late:
-        if (cached.get("spec") or {}).get("shutdown") != "Terminate":
+        if (cached.get("spec") or {}).get("shutdown") != SHUTDOWN:
             await ctx.kube.merge_patch(
                 resource_path(WORKFLOWS, "workflows", ctx.namespace, ref["name"]),
-                {"metadata": {"uid": ref["uid"]}, "spec": {"shutdown": "Terminate"}},
+                {"metadata": {"uid": ref["uid"]}, "spec": {"shutdown": SHUTDOWN}},
             )
         log.warning("suite deadline passed; stopping the workflow", run=run["metadata"]["name"])
         if await workloads_remain(ctx, run):
@@ -153,13 +158,14 @@ async def workloads_remain(ctx: Context, run: Obj, *, before: str = "the Run end
 
 
 async def cancel(ctx: Context, run: Obj) -> None:
-    """Ask Argo to stop the Workflow; end Canceled once no backend workload remains."""
+    """Ask Argo to stop the Workflow (``Stop``: its exit handler removes the interrupted
+    check's workloads); end Canceled once no backend workload remains."""
     name = run["metadata"]["name"]
     workflow = await ctx.kube.get_or_none(resource_path(WORKFLOWS, "workflows", ctx.namespace, name))
-    if workflow is not None and workflow.get("spec", {}).get("shutdown") != "Terminate":
+    if workflow is not None and workflow.get("spec", {}).get("shutdown") != SHUTDOWN:
         await ctx.kube.merge_patch(
             resource_path(WORKFLOWS, "workflows", ctx.namespace, name),
-            {"metadata": {"uid": workflow["metadata"]["uid"]}, "spec": {"shutdown": "Terminate"}},
+            {"metadata": {"uid": workflow["metadata"]["uid"]}, "spec": {"shutdown": SHUTDOWN}},
         )
     remaining = await _backend_workloads(ctx, run)
     now = ctx.clock()

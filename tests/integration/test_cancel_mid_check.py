@@ -1,9 +1,10 @@
 """Cancel during a check, through the real controller, the real Argo workflow-controller and
-the adapter in its step Pod (issue 11, 2.4): ``spec.cancel`` -> Argo's Terminate -> SIGTERM to
-the adapter, which persists what the check produced, removes its Pods or MPIJobs with the same
-evidence-first quiescence and exits; the Run ends ``Canceled`` with
-``WorkloadCleanupComplete=True``, no backend workload left and its group still reserved (until
-``spec.release``)."""
+the adapter in its step Pods (issue 11, 2.4): ``spec.cancel`` -> the controller sets the
+Workflow's ``shutdown: Stop`` -> Argo stops the running step (its executor kills the adapter)
+and runs the exit handler, whose adapter persists what the interrupted check produced and
+removes its Pods or MPIJobs with the same evidence-first quiescence; the Run ends ``Canceled``
+with ``WorkloadCleanupComplete=True``, no backend workload left and its group still reserved
+(until ``spec.release``)."""
 
 from collections.abc import AsyncIterator
 from pathlib import Path

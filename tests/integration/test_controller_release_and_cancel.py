@@ -109,7 +109,7 @@ async def test_cancel_stops_the_workflow_and_waits_for_backend_workloads(
     workflow = await admin.get(
         resource_path("argoproj.io/v1alpha1", "workflows", world.namespace, run["metadata"]["name"])
     )
-    assert workflow["spec"]["shutdown"] == "Terminate"
+    assert workflow["spec"]["shutdown"] == "Stop", "Stop runs the exit handler that removes the workloads"
     await admin.delete(f"{pods}/backend-0", {"gracePeriodSeconds": 0})
 
     async def canceled() -> Obj | None:
