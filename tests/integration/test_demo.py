@@ -70,15 +70,15 @@ def _still_alive(processes: dict[int, str]) -> list[int]:
 
 
 @contextmanager
-def demo(*args: str) -> Iterator[subprocess.Popen[str]]:
-    """``signalctl demo ARGS`` in a session of its own; whatever happens, its process group is
-    killed and its pipe closed at the end."""
+def demo(*args: str, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """``signalctl demo ARGS`` (with ``env`` added) in a session of its own; whatever happens,
+    its process group is killed and its pipe closed at the end."""
     process = subprocess.Popen(
         [str(SIGNALCTL), "demo", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         start_new_session=True,
     )
     try:
@@ -188,3 +188,31 @@ def test_a_demo_killed_mid_run_leaves_nothing_and_the_next_starts_cleanly() -> N
     while _processes_naming(workdir) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _processes_naming(workdir) == []
+
+
+def test_the_demo_exits_non_zero_when_its_end_is_not_the_expected_one(tmp_path: Path) -> None:
+    """Every Argo step fails (an executor that exits 129, as it did from a checkout under /tmp):
+    every Node ends without a Pass, and the demo says so and exits 1 instead of 0."""
+    real = Path(
+        subprocess.run(
+            ["bash", str(Path(__file__).resolve().parents[2] / "localcluster" / "argo" / "build.sh")],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.split()[-1]
+    )
+    broken = tmp_path / "argo"
+    broken.mkdir()
+    (broken / "workflow-controller").symlink_to(real / "workflow-controller")
+    (broken / "crds").symlink_to(real / "crds")
+    (broken / "argoexec").write_text("#!/bin/sh\necho 'argoexec: broken on purpose' >&2\nexit 129\n")
+    (broken / "argoexec").chmod(0o755)
+    with demo("--nodes", "4", "--timeout", "600", env={"SIGNAL_ARGO_BUILD": str(broken)}) as process:
+        assert process.stdout is not None
+        output = "\n".join(line.rstrip() for line in process.stdout)
+        process.wait(60)
+        assert process.returncode == 1, output
+    assert "the demo did NOT end as expected" in output, output
+    assert "press Ctrl-C" not in output
+    assert re.search(r"- Node gpu-001 is \w+, expected Pass", output), output
+    assert "stopped cleanly" in output
