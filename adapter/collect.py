@@ -13,7 +13,7 @@ from typing import Any
 from adapter import workloads
 from shared import keys
 from shared.evidence import ParticipantResult, Workload
-from shared.result import RankResult, ResultError, RunnerResult, parse_result
+from shared.result import INCONCLUSIVE_EXIT_CODE, RankResult, ResultError, RunnerResult, parse_result
 from shared.run import Participant, Verdict
 
 Obj = dict[str, Any]
@@ -204,7 +204,8 @@ def collect_mpi(
             results.append(_base(participant, Verdict.INCONCLUSIVE, why, worker))
             continue
         own = sorted(ranks.get(worker["metadata"]["name"], []), key=lambda r: r.rank)
-        failed = [r for r in own if r.exit_code != 0]
+        # A rank that exits INCONCLUSIVE_EXIT_CODE says "my evidence is insufficient", not a fault.
+        failed = [r for r in own if r.exit_code not in (0, INCONCLUSIVE_EXIT_CODE)]
         if not own:
             results.append(_base(participant, Verdict.INCONCLUSIVE, "MissingRank: no rank reported from it", worker))
         elif failed:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from runner import sshd as sshd_role
-from shared.result import MAX_RANKS, LauncherReport, RankResult, short_host
+from shared.result import INCONCLUSIVE_EXIT_CODE, MAX_RANKS, LauncherReport, RankResult, short_host
 from shared.run import Verdict
 
 RANK_PREFIX: Final = "SIGNAL-RANK "
@@ -264,7 +264,8 @@ def evaluate_launcher(
     report = LauncherReport.build(
         hosts[:MAX_RANKS], [ranks[r] for r in sorted(ranks)], world_size=world, mpirun_exit_code=mpirun_exit
     )
-    failed = sorted(r.rank for r in ranks.values() if r.exit_code != 0)
+    failed = sorted(r.rank for r in ranks.values() if r.exit_code not in (0, INCONCLUSIVE_EXIT_CODE))
+    insufficient = sorted(r.rank for r in ranks.values() if r.exit_code == INCONCLUSIVE_EXIT_CODE)
     if failed:
         return Verdict.FAIL, f"Failed: rank(s) {', '.join(map(str, failed))} exited non-zero", report
     if timed_out:
@@ -283,6 +284,10 @@ def evaluate_launcher(
     rank_hosts = sorted(r.host.split(".", 1)[0] for r in ranks.values())
     if rank_hosts != sorted(h.split(".", 1)[0] for h in hosts for _ in range(slots)):
         return Verdict.INCONCLUSIVE, f"WrongHosts: the ranks did not run {slots} per hostfile host", report
+    if insufficient:
+        listed = ", ".join(map(str, insufficient[:8]))
+        reason = f"ScriptInconclusive: rank(s) {listed} exited {INCONCLUSIVE_EXIT_CODE} (evidence insufficient)"
+        return Verdict.INCONCLUSIVE, reason, report
     if mpirun_exit != 0:
         return Verdict.INCONCLUSIVE, f"LauncherFailed: mpirun exited {mpirun_exit}", report
     return Verdict.PASS, "Succeeded: every rank exited 0", report

@@ -386,7 +386,8 @@ def run_role(tmp_path: Path, body: str, deadline: str = "20") -> tuple[int, Path
     [
         ("#!/bin/sh\necho ok\n", "20", 0, Verdict.PASS, "Succeeded", 0, None),
         ("echo no shebang\n", "20", 0, Verdict.PASS, "Succeeded", 0, None),
-        ("#!/bin/sh\nexit 3\n", "20", 1, Verdict.FAIL, "Failed: the script exited 3", 3, None),
+        ("#!/bin/sh\nexit 5\n", "20", 1, Verdict.FAIL, "Failed: the script exited 5", 5, None),
+        ("#!/bin/sh\nexit 3\n", "20", 1, Verdict.INCONCLUSIVE, "ScriptInconclusive: the script exited 3", 3, None),
         ("#!/bin/sh\nsleep 30\n", "0.3", 1, Verdict.INCONCLUSIVE, "DeadlineExceeded", None, 15),
         ("#!/bin/sh\nkill -KILL $$\n", "20", 1, Verdict.INCONCLUSIVE, "Signaled", None, 9),
         (
@@ -400,7 +401,7 @@ def run_role(tmp_path: Path, body: str, deadline: str = "20") -> tuple[int, Path
         ),
         ("#!/nonexistent/sh\n", "20", 1, Verdict.INCONCLUSIVE, "RunnerError: cannot start", None, None),
     ],
-    ids=["pass", "no-shebang", "fail", "deadline", "signal", "bad-measurements", "no-interpreter"],
+    ids=["pass", "no-shebang", "fail", "insufficient", "deadline", "signal", "bad-measurements", "no-interpreter"],
 )
 def test_run_role_writes_result(
     tmp_path: Path,

@@ -185,6 +185,17 @@ def test_a_failing_rank_is_fail(lines: list[str], mpirun_exit: int, timed_out: b
     assert reason == f"Failed: rank(s) {failed} exited non-zero"
 
 
+def test_a_rank_with_insufficient_evidence_is_inconclusive_not_fail() -> None:
+    # Exit 3 is the documented "my evidence is insufficient"; another rank's real failure still wins.
+    verdict, reason, report = evaluate_launcher(HOSTS, [line(0), line(1, code=3), line(2)], 3, False)
+    assert verdict == Verdict.INCONCLUSIVE
+    assert reason == "ScriptInconclusive: rank(s) 1 exited 3 (evidence insufficient)"
+    assert [r.exit_code for r in report.ranks] == [0, 3, 0]
+    verdict, reason, _ = evaluate_launcher(HOSTS, [line(0), line(1, code=3), line(2, code=1)], 1, False)
+    assert verdict == Verdict.FAIL
+    assert reason == "Failed: rank(s) 2 exited non-zero"
+
+
 LONG = raw({"rank": 2, "size": 3, "host": "job-worker-2", "exitCode": 0, "pad": "x" * (MAX_RANK_LINE + 10)})
 
 
