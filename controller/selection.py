@@ -5,14 +5,16 @@ matters). Nodes are taken in that order, skipping any whose failure domain is al
 under the profile's budget, until ``count`` are chosen. Fewer than ``count`` means no Run:
 the result says how many were eligible and, bounded, why the others were not."""
 
+import heapq
 from collections import Counter
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 
 from controller.budgets import domain_usage, violations
 from controller.eligibility import ineligibility
 from controller.nodes import NodeView
 from controller.requirements import per_node_requirement
+from shared import keys
 from shared.profile import CertificationProfile
 
 MAX_REASONS = 5
@@ -46,41 +48,70 @@ def _bounded(examples: Mapping[str, list[str]]) -> tuple[str, ...]:
     return tuple(reasons[:MAX_REASONS])
 
 
+def _in_order(nodes: Iterable[NodeView], profile_name: str) -> Iterator[NodeView]:
+    """The Nodes requested for ``profile_name``, lazily, by name then uid. A heap over the names
+    costs O(n) to build and O(log n) per Node taken, so choosing a few Nodes out of a large
+    requested fleet never sorts all of it."""
+    label = keys.CERTIFY_LABEL
+    wanted = [n for n in nodes if n.labels.get(label) == profile_name]
+    by_name = {n.name: n for n in wanted}
+    if len(by_name) < len(wanted):  # the same name twice (a replaced Node): by uid within a name
+        wanted.sort(key=lambda n: (n.name, n.uid))
+        yield from wanted
+        return
+    names = list(by_name)
+    heapq.heapify(names)
+    while names:
+        yield by_name[heapq.heappop(names)]
+
+
 def select_participants(
     nodes: Iterable[NodeView],
     profile: CertificationProfile,
     held: Set[str],
     live_group_nodes: Iterable[str] = (),
 ) -> Selection | Shortfall:
-    """Choose exactly ``participants.count`` Nodes, or explain why not."""
-    all_nodes = sorted(nodes, key=lambda n: (n.name, n.uid))
-    by_name = {n.name: n for n in all_nodes}
+    """Choose exactly ``participants.count`` Nodes, or explain why not.
+
+    Only Nodes requested for the profile are looked at, in order, until ``count`` are chosen;
+    only a shortfall looks at every one (for its counts and reasons)."""
     requirement = per_node_requirement(profile.spec.checks)
-    eligible: list[NodeView] = []
-    examples: dict[str, list[str]] = {}
-    requested = 0
-    for node in all_nodes:
-        reason = ineligibility(node, profile, requirement, held)
-        if reason != "not requested":
-            requested += 1
-        if reason is None:
-            eligible.append(node)
-        elif reason != "not requested":
-            examples.setdefault(reason, []).append(node.name)
     count = profile.spec.participants.count
     budget = profile.spec.failure_domain_budget
+    usage: Counter[str] = Counter()
+    added: Counter[str] = Counter()
+    if budget is not None:
+        group_nodes = list(live_group_nodes)
+        wanted = set(group_nodes)
+        if group_nodes:
+            nodes = list(nodes)
+            known: dict[str, NodeView] = {}
+            for n in nodes:  # a name seen twice (a replaced Node): the one last by uid, as sorted
+                if n.name in wanted and (n.name not in known or n.uid > known[n.name].uid):
+                    known[n.name] = n
+            usage = domain_usage(group_nodes, known, budget)
+    examples: dict[str, list[str]] = {}
     chosen: list[NodeView] = []
-    if budget is None:
-        chosen = eligible[:count]
-    else:
-        usage: Counter[str] = domain_usage(live_group_nodes, by_name, budget)
-        for node in eligible:
-            if len(chosen) == count:
-                break
-            if violations(usage, [*chosen, node], budget):
+    requested = eligible = 0
+    for node in _in_order(nodes, profile.metadata.name):
+        requested += 1
+        reason = ineligibility(node, profile, requirement, held)
+        if reason is not None:
+            examples.setdefault(reason, []).append(node.name)
+            continue
+        eligible += 1
+        if budget is not None:
+            # What violations(usage, [*chosen, node], budget) says, counted incrementally:
+            # the chosen Nodes already fit, so only this Node's domain can go over.
+            domain = node.labels.get(budget.topology_key, "")
+            if (
+                violations(usage, [node], budget)
+                or usage.get(domain, 0) + added[domain] + 1 > budget.max_nodes_under_test
+            ):
                 examples.setdefault("over the failure-domain budget", []).append(node.name)
                 continue
-            chosen.append(node)
-    if len(chosen) < count:
-        return Shortfall(requested, len(eligible), count, _bounded(examples))
-    return Selection(tuple(chosen))
+            added[domain] += 1
+        chosen.append(node)
+        if len(chosen) == count:
+            return Selection(tuple(chosen))
+    return Shortfall(requested, eligible, count, _bounded(examples))

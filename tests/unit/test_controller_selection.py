@@ -2,10 +2,14 @@
 failure-domain budget over whole live groups, and the bounded Shortfall explanation."""
 
 import random
+from collections import Counter
 
 import pytest
 
+from controller.budgets import domain_usage, violations
+from controller.eligibility import ineligibility
 from controller.nodes import NodeView
+from controller.requirements import per_node_requirement
 from controller.selection import MAX_REASONS, Selection, Shortfall, select_participants
 from shared.profile import CertificationProfile
 from tests.builders import ProfileBuilder
@@ -292,3 +296,50 @@ def test_64_of_10000_nodes() -> None:
             used[zone] += 1
     assert chosen == expected
     assert all(used[z] <= 8 for z in used)
+
+
+def _reference(
+    fleet: list[NodeView], prof: CertificationProfile, live: list[str]
+) -> tuple[list[tuple[str, str]], int, int]:
+    """The selection rule stated plainly: sort every Node, keep the eligible, take them in
+    order while the group fits the budget (the lazy selection must agree with it)."""
+    ordered = sorted(fleet, key=lambda n: (n.name, n.uid))
+    requirement = per_node_requirement(prof.spec.checks)
+    reasons = [ineligibility(n, prof, requirement, frozenset()) for n in ordered]
+    eligible = [n for n, r in zip(ordered, reasons, strict=True) if r is None]
+    requested = sum(1 for r in reasons if r != "not requested")
+    budget = prof.spec.failure_domain_budget
+    assert budget is not None
+    usage: Counter[str] = domain_usage(live, {n.name: n for n in ordered}, budget)
+    chosen: list[NodeView] = []
+    for node in eligible:
+        if len(chosen) < prof.spec.participants.count and not violations(usage, [*chosen, node], budget):
+            chosen.append(node)
+    if len(chosen) < prof.spec.participants.count:
+        return [], requested, len(eligible)
+    return [(n.name, n.uid) for n in chosen], requested, len(eligible)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lazy_selection_agrees_with_sorting_the_whole_fleet(seed: int) -> None:
+    rng = random.Random(seed)
+    fleet: list[NodeView] = []
+    for i in range(rng.randint(0, 120)):
+        node = make_node(f"n-{rng.randint(0, 80):03d}").uid(f"u-{i}")
+        if rng.random() < 0.8:
+            node.candidate(PROFILE if rng.random() < 0.9 else "other")
+        if rng.random() < 0.15:
+            node.ready(False)
+        if rng.random() < 0.9:
+            node.label("zone", f"z{rng.randint(0, 4)}")
+        fleet.append(node.view())
+    prof = profile(rng.randint(1, 12), max_per_zone=rng.randint(1, 6))
+    live = [f"n-{rng.randint(0, 80):03d}" for _ in range(rng.randint(0, 6))]
+    expected = _reference(fleet, prof, live)
+    result = select_participants(fleet, prof, frozenset(), live_group_nodes=live)
+    if expected[0]:
+        assert isinstance(result, Selection)
+        assert [(n.name, n.uid) for n in result.nodes] == expected[0]
+    else:
+        assert isinstance(result, Shortfall)
+        assert (result.requested, result.eligible) == expected[1:]
