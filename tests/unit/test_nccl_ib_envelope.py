@@ -51,17 +51,22 @@ def nccl_run() -> Obj:
             "gpuCount": 1,
             "backendActiveDeadline": "10m",
             "workload": {"extendedResources": {"rdma/rdma_shared_device_a": 1}, "capabilities": ["IPC_LOCK"]},
+            "mpi": {"scope": "crossNode"},  # one NCCL world across the Nodes
         }
     ]
     return run
 
 
+KEY = "k" * 64
+"""The launcher's per-check report key (runner/mpi.py): the rank wrappers sign with it."""
+
+
 def rank_exit(log_name: str, rank: int) -> tuple[int, str]:
-    """What the example script exits with on ``rank`` for that log, and its report line."""
+    """What the example script exits with on ``rank`` for that log (0, 1 or 3), and its report line."""
     verdict = nccl.verify(
         nccl.parse_log((DATA / log_name).read_text()), rank=rank, world_size=2, exit_code=0, settings=SETTINGS
     )
-    return (0 if verdict.passed else 1), nccl.RESULT_PREFIX + str(verdict.passed)
+    return verdict.exit_code, nccl.RESULT_PREFIX + verdict.outcome
 
 
 def mpi_evidence(
@@ -81,9 +86,11 @@ def mpi_evidence(
     for rank, log_name in sorted(rank_logs.items()):
         code, report = rank_exit(log_name, rank)
         codes.append(code)
-        lines += [*(DATA / log_name).read_text().splitlines(), report, mpi.rank_line(rank, 2, hosts[rank], code)]
-    mpirun_exit = 0 if codes and not any(codes) and len(codes) == len(hosts) else 1
-    verdict, reason, report = mpi.evaluate_launcher(hosts, lines, mpirun_exit, False)
+        # mpirun --tag-output: every line of rank r's stream carries its tag.
+        own = [*(DATA / log_name).read_text().splitlines(), report, mpi.rank_line(rank, 2, hosts[rank], code, key=KEY)]
+        lines += [f"[1,{rank}]<stdout>:{line}" for line in own]
+    mpirun_exit = next((c for c in codes if c), 0) if len(codes) == len(hosts) else 1
+    verdict, reason, report = mpi.evaluate_launcher(hosts, mpi.reports_in(lines, KEY), mpirun_exit, False)
     with tempfile.TemporaryDirectory() as work:
         stdout, stderr = Path(work) / "stdout", Path(work) / "stderr"
         stdout.write_text("\n".join(lines) + "\n")
@@ -217,7 +224,7 @@ def test_ib_success_is_passed_on_both_nodes() -> None:
     run = nccl_run()
     document = mpi_evidence(run, IB)
     assert document["results"]["launcher"]["launcher"]["worldSize"] == 2
-    assert "NCCL-IB-CHECK True" in document["results"]["launcher"]["stdout"]["tail"]
+    assert "NCCL-IB-CHECK Pass" in document["results"]["launcher"]["stdout"]["tail"]
     done, results = envelopes(run, [document])
     assert done["status"]["phase"] == "Succeeded"
     assert states(results) == {"gpu-000": (State.PASSED, "CheckPassed"), "gpu-001": (State.PASSED, "CheckPassed")}
@@ -234,17 +241,8 @@ def test_socket_fallback_is_failed_on_both_nodes() -> None:
     assert states(results) == {"gpu-000": (State.FAILED, "CheckFailed"), "gpu-001": (State.FAILED, "CheckFailed")}
 
 
-@pytest.mark.parametrize(
-    "rank0_log",
-    [
-        "mixed_socket.rank0.log",
-        "single_node.rank0.log",
-        "truncated.rank0.log",
-        "nccl_warn.rank0.log",
-        "ib_slow.rank0.log",
-    ],
-)
-def test_a_failing_rank_0_verification_is_a_failure(rank0_log: str) -> None:
+@pytest.mark.parametrize("rank0_log", ["mixed_socket.rank0.log", "nccl_warn.rank0.log", "ib_slow.rank0.log"])
+def test_a_fault_proven_by_rank_0_is_a_failure(rank0_log: str) -> None:
     run = nccl_run()
     done, results = envelopes(run, [mpi_evidence(run, {0: rank0_log, 1: "ib_gdrdma.rank1.log"})])
     assert done["status"]["phase"] == "Failed"
@@ -252,6 +250,19 @@ def test_a_failing_rank_0_verification_is_a_failure(rank0_log: str) -> None:
     # Rank 0's Node is proven failed; its peer, whose own part passed, is not claimed healthy.
     assert got["gpu-000"] == (State.FAILED, "CheckFailed")
     assert got["gpu-001"][0] == State.UNKNOWN
+
+
+@pytest.mark.parametrize("rank0_log", ["single_node.rank0.log", "truncated.rank0.log", "no_debug.rank0.log"])
+def test_a_log_that_proves_nothing_is_unknown_never_failed(rank0_log: str) -> None:
+    """Exit 3 from rank 0 (its evidence is insufficient): the Run is Inconclusive (retried) and
+    the portal shows Unknown for both Nodes, not Failed: a healthy Node is not sent to repair."""
+    run = nccl_run()
+    document = mpi_evidence(run, {0: rank0_log, 1: "ib_gdrdma.rank1.log"})
+    assert document["results"]["launcher"]["reason"].startswith("ScriptInconclusive: rank(s) 0 exited 3")
+    assert [p["verdict"] for p in document["results"]["participants"]] == ["Inconclusive", "Inconclusive"]
+    done, results = envelopes(run, [document])
+    assert done["status"]["phase"] == "Inconclusive"
+    assert {s for s, _ in states(results).values()} == {State.UNKNOWN}
 
 
 def test_partial_targets_are_unknown() -> None:

@@ -502,6 +502,7 @@ def test_profile_validates_and_names_the_script() -> None:
     (only,) = profile.spec.checks
     assert only.backend == "MPIJob"
     assert only.gpu_count == 1
+    assert only.mpi_scope == "crossNode"  # one NCCL world across the Nodes
     assert "IPC_LOCK" in only.workload.capabilities
     assert any(k.startswith("rdma/") for k in only.workload.extended_resources)
     assert (EXAMPLE / "scripts" / only.script_key).is_file()
