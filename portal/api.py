@@ -15,6 +15,7 @@ URL: a ``token`` or ``access_token`` query parameter is refused (400) on every p
 """
 
 import asyncio
+import gzip
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -74,6 +75,7 @@ async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse
             )
         response = await handler(request)
         code = response.status
+        _compress(request, response)
         return response
     except ApiProblem as problem:
         code = problem.code
@@ -101,6 +103,33 @@ async def _observe(request: web.Request, handler: Handler) -> web.StreamResponse
         metrics.LATENCY.labels(route).observe(time.perf_counter() - began)
 
 
+MAX_GZIPPED = 64
+"""Compressed fleet answers kept (one per cached slice; dropped all at once when full)."""
+COMPRESS_ABOVE = 1024
+"""Answers larger than this are sent gzip-compressed to a client that accepts it (the fleet
+view of 200 rows x 10 checks: about 2 MiB of JSON, a few dozen KiB on the wire). The answers
+hold no secret a caller could probe by compression (tokens travel only in the request)."""
+GZIP_LEVEL = 6
+
+
+def _accepts_gzip(request: web.Request) -> bool:
+    return "gzip" in request.headers.get("Accept-Encoding", "").lower()
+
+
+def _compress(request: web.Request, response: web.StreamResponse) -> None:
+    """gzip an answer aiohttp has not sent yet (large bodies are compressed off the event loop by
+    aiohttp); the fleet view arrives compressed already (cached per snapshot and sight)."""
+    response.headers["Vary"] = "Accept-Encoding"
+    if (
+        isinstance(response, web.Response)
+        and "Content-Encoding" not in response.headers
+        and isinstance(response.body, bytes)
+        and len(response.body) > COMPRESS_ABOVE
+        and _accepts_gzip(request)
+    ):
+        response.enable_compression(web.ContentCoding.gzip)
+
+
 async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
     """On every response, whatever produced it (handlers, errors, aiohttp's own 404s)."""
     for name, value in dashboard.SECURITY_HEADERS.items():
@@ -116,6 +145,8 @@ class Api:
         self.source = source
         self.authorizer = authorizer
         self._openapi = json.dumps(document()).encode()
+        self._gzipped: dict[int, tuple[bytes, bytes]] = {}
+        """id of a cached fleet slice -> (that slice, its whole answer gzipped)."""
 
     async def _sight(self, request: web.Request, index: Index) -> Sight:
         caller = await self.authorizer.caller(request.headers.get("Authorization"), request.remote or "")
@@ -161,9 +192,29 @@ class Api:
         index = self.source.index
         sight = await self._sight(request, index)
         # Slicing a large fleet is CPU-bound: off the event loop, so other requests go on.
-        members = await asyncio.to_thread(index.fleet, sight, rows)
+        gzipped = _accepts_gzip(request)
+        body = await asyncio.to_thread(self._fleet_body, index, sight, rows, gzipped)
+        response = web.Response(body=body, content_type="application/json")
+        if gzipped:
+            response.headers["Content-Encoding"] = "gzip"
+        return response
+
+    def _fleet_body(self, index: Index, sight: Sight, rows: int, gzipped: bool) -> bytes:
+        """The fleet answer, gzipped once per cached slice (the index caches a slice per sight
+        and snapshot; the compressed copy is kept beside it while that slice is the index's)."""
+        members = index.fleet(sight, rows)
+        if gzipped:
+            kept = self._gzipped.get(id(members))
+            if kept is not None and kept[0] is members:
+                return kept[1]
         body = b'{"apiVersion":"v1","schema":"' + ENVELOPE_SCHEMA.encode() + b'",' + members + b"}"
-        return web.Response(body=body, content_type="application/json")
+        if not gzipped:
+            return body
+        packed = gzip.compress(body, GZIP_LEVEL, mtime=0)
+        if len(self._gzipped) >= MAX_GZIPPED:
+            self._gzipped.clear()
+        self._gzipped[id(members)] = (members, packed)
+        return packed
 
     async def result(self, request: web.Request) -> web.Response:
         key = parse_id(request.match_info["id"])

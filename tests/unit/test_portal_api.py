@@ -358,3 +358,18 @@ async def test_fleet_over_http(client: TestClient[Any, Any]) -> None:
         answer = await client.get(f"/api/v1/fleet?{query}", headers=_auth("root"))
         assert answer.status == 400, query
     assert (await client.get("/api/v1/fleet")).status == 401
+
+
+@pytest.mark.parametrize("path", ["/api/v1/fleet", "/api/v1/results?limit=5"])
+async def test_large_answers_are_gzipped_for_clients_that_accept_it(client: TestClient[Any, Any], path: str) -> None:
+    plain = await client.get(path, headers={**_auth("root"), "Accept-Encoding": "identity"})
+    assert plain.status == 200
+    assert "Content-Encoding" not in plain.headers
+    expected = await plain.json()
+    packed = await client.get(path, headers={**_auth("root"), "Accept-Encoding": "gzip"})
+    assert packed.status == 200
+    assert packed.headers["Content-Encoding"] == "gzip"
+    assert packed.headers["Vary"] == "Accept-Encoding"
+    assert await packed.json() == expected, "the same answer, decompressed"
+    again = await client.get(path, headers={**_auth("root"), "Accept-Encoding": "gzip"})
+    assert await again.json() == expected, "the cached compressed copy is the same answer"
