@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint deps kplane argo coredns crds images mpi-operator
+.PHONY: demo test lint deps kplane argo coredns crds images mpi-operator bench
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
@@ -36,6 +36,14 @@ coredns:
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
 argo:
 	localcluster/argo/build.sh >/dev/null
+
+# Benchmarks against floors measured in the same run (bench/floors.py): each prints, per goal of
+# issue 15, the floor, Signal's figure, their ratio and the goal, and its growth from 1/10 of its
+# size. Default sizes fit a two-core machine; BENCH_ARGS_<NAME> passes the full sizes (README).
+bench: deps kplane argo
+	$(BIN)/python bench/admission.py $(BENCH_ARGS_ADMISSION)
+	$(BIN)/python bench/adapter_pods.py $(BENCH_ARGS_ADAPTER)
+	$(BIN)/python bench/portal.py $(BENCH_ARGS_PORTAL)
 
 crds: deps
 	$(BIN)/python -m shared.crdgen crds

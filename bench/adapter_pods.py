@@ -5,7 +5,10 @@ Prints: time from adapter start to the results (evidence) ConfigMap persisted; t
 then to every workload proven gone (the check-evidence ConfigMap is written right after
 that proof); the adapter's API requests by verb; its peak resident memory. Asserts nothing.
 
-    .venv/bin/python bench/adapter_pods.py [--participants 64]
+Floors in the same run (bench/floors.py): the Pod fan-out floor on the same Nodes and the step
+floor; then the whole again at 1/``--factor`` of the participants, for the growth.
+
+    .venv/bin/python bench/adapter_pods.py [--participants 64] [--factor 10]
 """
 
 import argparse
@@ -19,39 +22,81 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.floors import growth, pod_fanout_floor, row, step_floor
 from localcluster.cluster import LocalCluster
 from tests.adapter_support import AdapterWorld, check
 
 
-async def main(participants: int) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="signal-bench-"))
+async def main(participants: int, factor: int) -> None:
     async with LocalCluster(heartbeat_seconds=300) as cluster:
-        namespace = "bench"
-        await cluster.create_namespace(namespace)
-        world = AdapterWorld(cluster, cluster.admin, namespace, workdir)
-        await world.setup(participants, {"noop.sh": "#!/bin/sh\nexit 0\n"}, [check("noop", "noop.sh")])
-        log = workdir / "requests.tsv"
-        started = time.time()
-        outcome = await world.adapter(0, SIGNAL_REQUEST_LOG=str(log))
-        finished = time.time()
-        if outcome.code != 0 or outcome.verdict != "Pass":
-            print(outcome.log)
-            raise SystemExit(f"adapter did not pass: exit {outcome.code}, verdict {outcome.verdict!r}")
-        rows = [line.split("\t") for line in log.read_text().splitlines()]
-        posts = [(float(t), path) for t, verb, path in rows if verb == "POST" and path.endswith("/configmaps")]
-        results_at, evidence_at = posts[0][0], posts[-1][0]
-        verbs = Counter(verb for _, verb, _ in rows)
-        print(f"participants: {participants}")
-        print(f"adapter start -> results persisted: {results_at - started:.2f}s")
-        print(f"results persisted -> every workload gone: {evidence_at - results_at:.2f}s")
-        print(f"adapter total (process start to exit): {finished - started:.2f}s")
-        print("API requests by verb: " + ", ".join(f"{v} {n}" for v, n in sorted(verbs.items())))
-        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-        print(f"peak RSS of the largest child process (adapter or a runner): {children:.1f} MiB")
-        await world.cleanup()
+        small = await run(cluster, max(1, participants // factor), "bench-small")
+        print()
+        full = await run(cluster, participants, "bench")
+        print()
+        print(
+            row(
+                f"5 adapter start -> results ({participants} Pods)",
+                full["floor_succeeded"],
+                full["results"],
+                "s",
+                "<= 1.3x the Pod fan-out floor (created -> all Succeeded)",
+            )
+        )
+        print(
+            row(
+                "5 (vs created -> run -> deleted)",
+                full["floor_gone"],
+                full["total"],
+                "s",
+                "adapter start -> exit vs the whole fan-out floor",
+            )
+        )
+        print(f"step floor (for goal 5's per-check overhead, not measured here): {full['step']:.2f}s")
+        print(growth("adapter start -> results", small["results"], full["results"], factor, "s"))
+        print(growth("Pod fan-out floor", small["floor_succeeded"], full["floor_succeeded"], factor, "s"))
+        print(growth("adapter total", small["total"], full["total"], factor, "s"))
+
+
+async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[str, float]:
+    workdir = Path(tempfile.mkdtemp(prefix="signal-bench-"))
+    await cluster.create_namespace(namespace)
+    world = AdapterWorld(cluster, cluster.admin, namespace, workdir)
+    await world.setup(participants, {"noop.sh": "#!/bin/sh\nexit 0\n"}, [check("noop", "noop.sh")])
+    log = workdir / "requests.tsv"
+    started = time.time()
+    outcome = await world.adapter(0, SIGNAL_REQUEST_LOG=str(log))
+    finished = time.time()
+    if outcome.code != 0 or outcome.verdict != "Pass":
+        print(outcome.log)
+        raise SystemExit(f"adapter did not pass: exit {outcome.code}, verdict {outcome.verdict!r}")
+    rows = [line.split("\t") for line in log.read_text().splitlines()]
+    posts = [(float(t), path) for t, verb, path in rows if verb == "POST" and path.endswith("/configmaps")]
+    results_at, evidence_at = posts[0][0], posts[-1][0]
+    verbs = Counter(verb for _, verb, _ in rows)
+    print(f"participants: {participants}")
+    print(f"adapter start -> results persisted: {results_at - started:.2f}s")
+    print(f"results persisted -> every workload gone: {evidence_at - results_at:.2f}s")
+    print(f"adapter total (process start to exit): {finished - started:.2f}s")
+    print("API requests by verb: " + ", ".join(f"{v} {n}" for v, n in sorted(verbs.items())))
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"peak RSS of the largest child process (adapter or a runner): {children:.1f} MiB")
+    fanout = await pod_fanout_floor(cluster, world.nodes, namespace)
+    print(fanout.describe())
+    step = await step_floor(cluster, world.nodes[0], namespace, repeats=2)
+    print(step.describe())
+    await world.cleanup()
+    return {
+        "results": results_at - started,
+        "total": finished - started,
+        "floor_succeeded": fanout.succeeded,
+        "floor_gone": fanout.gone,
+        "step": step.best,
+    }
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--participants", type=int, default=64)
-    asyncio.run(main(parser.parse_args().participants))
+    parser.add_argument("--factor", type=int, default=10, help="also run at 1/factor of the participants (growth)")
+    args = parser.parse_args()
+    asyncio.run(main(args.participants, args.factor))

@@ -1,11 +1,24 @@
-"""Benchmark (issue 3): admission of 64 out of 10,000 simulated Nodes on the local control
-plane, by the real controller process running as its ServiceAccount.
+"""Benchmark (issue 15, goals 1-4 and 7-8): admission by the real controller process running as
+its ServiceAccount on the local control plane, against floors measured in the same run.
 
-Prints: wall time from the request (labelling the 64 Nodes) to all 64 reserved; the
-controller's API requests by verb after its initial sync; the pure selection time; the
-controller's resident memory with every Node watched. Asserts nothing.
+One local cluster; the fleet is first 1/``factor`` of ``--nodes``, then grown to ``--nodes``.
+At each size, with a fresh controller and a profile of its own:
 
-    .venv/bin/python bench/admission.py [--nodes 10000] [--group 64]
+* cold start (goal 3): controller process start -> its caches synced (its own log line), and
+  its resident memory;
+* latency (goal 1): request (labelling ``--group`` Nodes at once) -> the Run's status PATCH to
+  Running (after every Node PATCH and the Workflow's create), read from the controller's
+  request log (time, verb, path per request) and cut there (goal 7: nothing the Run does once
+  Running is counted); its requests by verb inside that window;
+* throughput (goal 2, ``--groups``): that many groups requested at once -> every one of their
+  Runs Running; writes per group, LIST calls, writes per second;
+* pure selection (goal 4): ``--group`` of every Node requested, median of 20.
+
+The API write floor (bench/floors.py) makes the same number of conditional Node PATCHes and the
+same number of other writes as the latency window held. Growth (goal 8) compares both sizes.
+
+    .venv/bin/python bench/admission.py [--nodes 2000] [--group 64] [--groups 4] [--factor 10]
+    (the issue's full sizes: --nodes 10000 --groups 100)
 """
 
 import argparse
@@ -14,109 +27,297 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.floors import RequestLog, api_write_floor, growth, row, rss_mib, writes
 from controller.nodes import node_view
 from controller.selection import select_participants
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
-from localcluster.kube import resource_path
+from localcluster.kube import Obj, resource_path
 from shared import keys
 from shared.profile import CertificationProfile
 from tests.controller_support import ControllerProcess, World, profile_body
 
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+POLL = 0.02
 
 
-async def main(total: int, group: int) -> None:
+@dataclass
+class Figures:
+    nodes: int
+    cold_start: float
+    rss_synced: float
+    latency: float
+    observed: float
+    window_verbs: dict[str, int]
+    window_writes: int
+    node_patches: int
+    other_writes: int
+    rss_after: float
+    groups: int = 0
+    throughput_seconds: float = 0.0
+    throughput_writes: int = 0
+    throughput_lists: int = 0
+    selection_ms: float = 0.0
+    requested: tuple[str, ...] = ()
+
+
+def spread(names: list[str], count: int, offset: int = 0) -> list[str]:
+    step = max(1, len(names) // count)
+    return [names[(offset + i * step) % len(names)] for i in range(count)]
+
+
+async def wait_for(what: str, probe, timeout: float = 300.0) -> float:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not await probe():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(POLL)
+    return time.time()
+
+
+async def runs_of(admin, namespace: str, profile: str) -> list[Obj]:  # type: ignore[no-untyped-def]
+    items = (await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)))["items"]
+    return [r for r in items if r["spec"]["profile"]["name"] == profile]
+
+
+def running_cut(requests: list, since: float) -> float | None:  # type: ignore[type-arg]
+    """The time the controller sent the Run's status PATCH to Running: the first status PATCH of
+    a Run after its Workflow's create."""
+    submitted = False
+    for r in requests:
+        if r.at < since:
+            continue
+        if r.verb == "POST" and r.path.endswith("/workflows"):
+            submitted = True
+        elif submitted and r.verb == "PATCH" and f"/{keys.RUN_PLURAL}/" in r.path and r.path.endswith("/status"):
+            return r.at
+    return None
+
+
+async def measure(
+    cluster: LocalCluster, world: World, workdir: Path, names: list[str], group: int, groups: int, tag: str
+) -> Figures:
+    namespace = world.namespace
+    profile = f"bench-{tag}"
+    await world.add_profile(profile_body(profile, namespace, group))
+    workdir = workdir / tag
+    workdir.mkdir()
+    log = RequestLog(workdir / "requests.tsv")
+    # The same identity each time (a restarted replica takes its own Lease back at once).
+    # Workflows carry an Argo instanceID no Argo serves: the Runs stay Running, so nothing a
+    # Run does after its admission (steps, acceptance, projection) reaches the windows.
+    controller = ControllerProcess(
+        cluster, namespace, workdir, resync=300, policies=tag == "small", workflow_instance_id="bench-held"
+    )
+    began = time.time()
+    await controller.start(SIGNAL_REQUEST_LOG=str(log.path))
+    try:
+        return await _measure(cluster, world, controller, log, began, names, group, groups, profile)
+    finally:
+        controller.stop()
+
+
+async def _measure(
+    cluster: LocalCluster,
+    world: World,
+    controller: ControllerProcess,
+    log: RequestLog,
+    began: float,
+    names: list[str],
+    group: int,
+    groups: int,
+    profile: str,
+) -> Figures:
+    admin, namespace = cluster.admin, world.namespace
+
+    async def synced() -> bool:
+        return "caches synced" in controller.logs()
+
+    synced_at = await wait_for("the controller's caches", synced)
+    assert controller.process is not None
+    pid = controller.process.pid
+
+    async def ready() -> bool:
+        body = await admin.get(resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile))
+        return any(
+            c["type"] == "Ready" and c["status"] == "True" for c in (body.get("status") or {}).get("conditions") or []
+        )
+
+    await wait_for(f"profile {profile} Ready", ready)
+    rss_synced = rss_mib(pid)
+    # Latency: one group.
+    chosen = spread(names, group)
+    t0 = time.time()
+    await asyncio.gather(*(world.request(profile, [n]) for n in chosen))
+
+    async def one_running() -> bool:
+        return any((r.get("status") or {}).get("phase") == "Running" for r in await runs_of(admin, namespace, profile))
+
+    observed = await wait_for("the Run Running", one_running) - t0
+    requests = log.read()
+    cut = running_cut(requests, t0)
+    if cut is None:
+        raise SystemExit(f"no Running status PATCH in the controller's request log {log.path}")
+    window = RequestLog.window(requests, t0, cut)
+    verbs = RequestLog.verbs(window)
+    node_patches = sum(1 for r in window if r.verb == "PATCH" and r.path.startswith("/api/v1/nodes/"))
+    figures = Figures(
+        nodes=len(names),
+        cold_start=synced_at - began,
+        rss_synced=rss_synced,
+        latency=cut - t0,
+        observed=observed,
+        window_verbs=dict(sorted(verbs.items())),
+        window_writes=writes(window),
+        node_patches=node_patches,
+        other_writes=writes(window) - node_patches,
+        rss_after=rss_mib(pid),
+        requested=tuple(chosen),
+    )
+    # Throughput: ``groups`` groups at once, on Nodes not yet requested.
+    if groups:
+        free = [n for n in names if n not in set(chosen)]
+        wanted = spread(free, group * groups, offset=1)
+        t1 = time.time()
+        await asyncio.gather(*(world.request(profile, [n]) for n in wanted))
+
+        async def all_running() -> bool:
+            phases = [(r.get("status") or {}).get("phase") for r in await runs_of(admin, namespace, profile)]
+            return phases.count("Running") >= groups + 1
+
+        done = await wait_for(f"{groups} more Runs Running", all_running, timeout=60.0 + 5.0 * groups)
+        window = RequestLog.window(log.read(), t1, done)
+        figures.groups = groups
+        figures.throughput_seconds = done - t1
+        figures.throughput_writes = writes(window)
+        figures.throughput_lists = RequestLog.verbs(window)["LIST"]
+        figures.requested += tuple(wanted)
+    figures.rss_after = rss_mib(pid)
+    return figures
+
+
+async def selection_ms(admin, group: int) -> float:  # type: ignore[no-untyped-def]
+    listing = await admin.get(resource_path("v1", "nodes"))
+    body = profile_body("bench-select", "bench", group)
+    body["metadata"]["uid"] = "x"
+    model = CertificationProfile.model_validate(body)
+    views = [
+        node_view(
+            {
+                **n,
+                "metadata": {
+                    **n["metadata"],
+                    "labels": {**n["metadata"].get("labels", {}), keys.CERTIFY_LABEL: "bench-select"},
+                },
+            }
+        )
+        for n in listing["items"]
+    ]
+    timings = []
+    for _ in range(20):
+        t = time.perf_counter()
+        select_participants(views, model, set(), [])
+        timings.append(time.perf_counter() - t)
+    return statistics.median(timings) * 1000
+
+
+def report(figures: Figures, group: int) -> None:
+    print(
+        f"  {figures.nodes} Nodes: cold start {figures.cold_start:.2f}s, RSS synced {figures.rss_synced:.1f} MiB, "
+        f"after {figures.rss_after:.1f} MiB"
+    )
+    print(
+        f"  request -> Running PATCH sent {figures.latency:.3f}s (observed by polling {figures.observed:.3f}s); "
+        f"window: {figures.window_verbs}, writes {figures.window_writes} ({figures.node_patches} Node PATCHes), "
+        f"LIST {figures.window_verbs.get('LIST', 0)}"
+    )
+    if figures.groups:
+        print(
+            f"  {figures.groups} groups of {group} at once: {figures.throughput_seconds:.2f}s, "
+            f"{figures.throughput_writes} writes ({figures.throughput_writes / figures.groups:.1f} per group), "
+            f"LIST {figures.throughput_lists}"
+        )
+    print(f"  pure selection of {group} of {figures.nodes} requested Nodes: median {figures.selection_ms:.2f} ms")
+
+
+async def main(total: int, group: int, groups: int, factor: int) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="signal-bench-"))
+    small = max(group * (groups + 2), total // factor)
     async with LocalCluster(heartbeat_seconds=300) as cluster:
         admin = cluster.admin
         namespace = "bench"
         await cluster.create_namespace(namespace)
         world = World(cluster, admin, namespace)
         await world.setup()
-        began = time.monotonic()
-        nodes = [SimNode(f"gpu-{i:05d}", zone=f"zone-{i % 4}", labels={"pool": "gpu"}) for i in range(total)]
-        await cluster.add_nodes(nodes, concurrency=64)
-        print(f"fleet: {total} Nodes created in {time.monotonic() - began:.1f}s")
-        profile = "bench"
-        await world.add_profile(profile_body(profile, namespace, group))
-        log = workdir / "requests.tsv"
-        controller = ControllerProcess(cluster, namespace, workdir, resync=300)
-        await controller.start(SIGNAL_REQUEST_LOG=str(log))
-        while not log.exists() or "caches synced" not in controller.logs():
-            await asyncio.sleep(0.2)
-        await asyncio.sleep(3)
-        assert controller.process is not None
-        rss_idle = rss_mib(controller.process.pid)
-        offset = len(log.read_text().splitlines())
-        chosen = [n.name for n in nodes[:: total // group][:group]]
-        t0 = time.monotonic()
-        await asyncio.gather(*(world.request(profile, [name]) for name in chosen))
-        labelled = time.monotonic() - t0
-        runs_path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)
-        while True:
-            runs = (await admin.get(runs_path))["items"]
-            if runs and runs[0].get("status", {}).get("phase") == "Running":
-                break
-            await asyncio.sleep(0.05)
-        reserved = time.monotonic() - t0
-        await asyncio.sleep(2)
-        lines = [line.split("\t") for line in log.read_text().splitlines()[offset:]]
-        verbs = Counter(verb for _, verb, _ in lines)
-        writes = sum(verbs[v] for v in ("POST", "PUT", "PATCH", "DELETE"))
+        fleet = [SimNode(f"gpu-{i:05d}", zone=f"zone-{i % 4}", labels={"pool": "gpu"}) for i in range(total)]
+        results = []
+        for size, tag in ((small, "small"), (total, "full")):
+            have = len(results[-1][1]) if results else 0
+            began = time.monotonic()
+            await cluster.add_nodes(fleet[have:size], concurrency=64)
+            print(f"fleet: {size} Nodes ({size - have} created in {time.monotonic() - began:.1f}s)")
+            names = [n.name for n in fleet[have:size]]  # Nodes no earlier measurement requested
+            figures = await measure(cluster, world, workdir, names, group, groups, tag)
+            figures.nodes = size
+            figures.selection_ms = await selection_ms(admin, group)
+            results.append((figures, [n.name for n in fleet[:size]]))
+            report(figures, group)
+        full, names = results[-1]
+        small_figures = results[0][0]
+        taken = {n for figures, _ in results for n in figures.requested}
+        idle = [n for n in names if n not in taken][: full.node_patches]  # never requested: no Run holds them
+        floor = await api_write_floor(cluster, idle, full.other_writes, namespace)
+        print(floor.describe())
+        print()
         print(
-            f"admission of {group} of {total}: labelling took {labelled:.2f}s; request -> all {group} reserved "
-            f"and Workflow submitted: {reserved:.2f}s"
-        )
-        print(
-            f"controller API requests after initial sync: {dict(sorted(verbs.items()))}; writes: {writes} "
-            f"(goal <= {group + 6}); LIST: {verbs['LIST']}"
-        )
-        print(
-            f"controller RSS with {total} Nodes watched: idle {rss_idle:.1f} MiB, "
-            f"after admission {rss_mib(controller.process.pid):.1f} MiB"
-        )
-        controller.stop()
-        listing = await admin.get(resource_path("v1", "nodes"))
-        views = [node_view(n) for n in listing["items"]]
-        body = profile_body("bench2", namespace, group)
-        body["metadata"]["uid"] = "x"
-        model = CertificationProfile.model_validate(body)
-        relabelled = [
-            node_view(
-                {
-                    **n,
-                    "metadata": {
-                        **n["metadata"],
-                        "labels": {**n["metadata"].get("labels", {}), keys.CERTIFY_LABEL: "bench2"},
-                    },
-                }
+            row(
+                f"1 admission latency ({full.nodes} Nodes)",
+                floor.sequential,
+                full.latency,
+                "s",
+                "<= 1.5x the sequential write floor",
             )
-            for n in listing["items"]
-        ]
-        timings = []
-        for _ in range(5):
-            t = time.perf_counter()
-            select_participants(relabelled, model, set(), [])
-            timings.append(time.perf_counter() - t)
-        print(
-            f"pure selection over {len(views)} Nodes (all requested): median {statistics.median(timings) * 1000:.1f} ms"
         )
+        print(
+            row(
+                "1 (vs the concurrent write floor)",
+                floor.concurrent,
+                full.latency,
+                "s",
+                "(for the record)",
+            )
+        )
+        print(row("1 writes in the admission window", None, full.window_writes, "", f"<= {group + 6}"))
+        if full.groups:
+            rate = full.throughput_writes / full.throughput_seconds
+            floor_rate = floor.writes / floor.sequential
+            print(
+                f"GOAL 2 throughput ({full.groups}x{group})              floor {floor_rate:9.1f} w/s "
+                f"signal {rate:9.1f} w/s ratio {rate / floor_rate:6.2f}  goal >= 0.70 of the floor's rate; "
+                f"{full.throughput_writes / full.groups:.1f} writes/group (<= 70), LIST {full.throughput_lists} (0)"
+            )
+        print(row(f"3 cold start ({full.nodes} Nodes, no Runs)", None, full.cold_start, "s", "<= 5 s"))
+        print(row("3 RSS synced", None, full.rss_synced, "MiB", "<= 150 MiB (with 100 live Runs)"))
+        print(row(f"4 selection ({group} of {full.nodes})", None, full.selection_ms, "ms", "<= 5 ms"))
+        print()
+        f = max(1, round(full.nodes / small_figures.nodes))
+        print(growth("admission latency", small_figures.latency, full.latency, f, "s"))
+        print(growth("cold start", small_figures.cold_start, full.cold_start, f, "s"))
+        print(growth("controller RSS synced", small_figures.rss_synced, full.rss_synced, f, "MiB"))
+        print(growth("selection", small_figures.selection_ms, full.selection_ms, f, "ms"))
+        if full.groups:
+            print(growth("throughput window", small_figures.throughput_seconds, full.throughput_seconds, f, "s"))
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--nodes", type=int, default=10000)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--group", type=int, default=64)
+    parser.add_argument("--groups", type=int, default=4, help="groups requested at once (throughput; 0: skip)")
+    parser.add_argument("--factor", type=int, default=10, help="the small run is 1/factor of --nodes")
     args = parser.parse_args()
-    asyncio.run(main(args.nodes, args.group))
+    asyncio.run(main(args.nodes, args.group, args.groups, args.factor))
