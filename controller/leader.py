@@ -195,6 +195,23 @@ class LeaderElector:
         self.leadership.renewed(sent)
         return True
 
+    async def release(self) -> bool:
+        """On a clean stop, hand the Lease back (holder emptied, compare-and-swap) so that
+        another replica may take it at once instead of waiting for it to expire. Writes are
+        refused from here on. False when it was not ours (or could not be reached)."""
+        self.leadership.lose("the Lease was released")
+        try:
+            lease = await self.kube.get_or_none(self.path)
+            if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                return False
+            lease["spec"] = {**lease["spec"], "holderIdentity": "", "renewTime": _micro(datetime.now(UTC))}
+            await self.kube.replace(self.path, lease)
+        except ApiError as exc:
+            log.warning("could not release the Lease", identity=self.identity, error=str(exc)[:300])
+            return False
+        log.info("lease released", identity=self.identity)
+        return True
+
     async def acquire(self) -> None:
         """Wait until this replica holds the Lease."""
         while True:

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from time import monotonic
 from typing import Any
 
 from controller import metrics
@@ -53,6 +54,9 @@ FATAL = (NotLeader, LedgerError)
 MAX_FAILURES = 5
 """Consecutive failures (other than the API's) after which an object is ended."""
 CONFLICT_BACKOFF = Backoff(base=0.1, cap=5.0, jitter=0.5)
+STALE_RECHECK = 0.1
+"""A Run cached from before this controller's own last write is looked at again after this."""
+STALE_LIMIT = 10.0
 CANCEL_POLL = 2.0
 """A canceled Run waits for its workloads to go (they are not watched): look again after this."""
 
@@ -101,6 +105,20 @@ def run_requeue(run: Obj, now: datetime) -> Result:
     if deadline is not None:
         return RequeueAfter(max(0.5, (deadline - now).total_seconds() + 0.5))
     return Done()
+
+
+def stale_after_own_write(run: Obj, written: tuple[str, float] | None, now: float) -> bool:
+    """Pure: whether the cached ``run`` predates this controller's last status write to it
+    (``written``: resourceVersion, monotonic time), so acting on it would repeat a step (an
+    acceptance, a release, their Events). resourceVersions are compared as etcd revisions
+    when both are numbers, else only for equality; a write not seen within STALE_LIMIT
+    seconds is no longer waited for (the cache may be broken: it reports that itself)."""
+    if written is None or now - written[1] > STALE_LIMIT:
+        return False
+    cached, mine = _version(run), written[0]
+    if cached.isdigit() and mine.isdigit():
+        return int(cached) < int(mine)
+    return cached != mine
 
 
 def _version(obj: Any) -> str:
@@ -224,6 +242,9 @@ class Controller:
                 return Done()
             del self.ended[key]
         if key.kind is Kind.RUN:
+            if stale_after_own_write(obj, self.ctx.written.get(key.name), monotonic()):
+                return RequeueAfter(STALE_RECHECK)
+            self.ctx.written.pop(key.name, None)
             await reconcile_run(self.ctx, obj)
             return run_requeue(obj, self.ctx.clock())
         await reconcile_profile(self.ctx, obj, resync=resync)

@@ -4,6 +4,7 @@ reads and writes every path shares (ledger compare-and-swap, status patches).
 Caches may be stale; every destructive or admission decision re-reads what it acts on with
 an uncached GET (the ledger, the source ConfigMap, each Node before its patch)."""
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -61,6 +62,9 @@ class Context:
     runs: Informer[Obj] = field(init=False)
     workflows: Informer[Obj] = field(init=False)
     """Signal's Workflows in the namespace (metadata only), for orphan recovery."""
+    written: dict[str, tuple[str, float]] = field(default_factory=dict)
+    """Run name -> (resourceVersion, monotonic time) of this controller's last status write,
+    so that the loop does not act on a cached Run older than its own write."""
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
@@ -129,7 +133,9 @@ class Context:
 
     async def patch_run_status(self, run: Obj, status: Mapping[str, Any]) -> Obj:
         patch = {"metadata": {"uid": run["metadata"]["uid"]}, "status": dict(status)}
-        return await self.kube.merge_patch(self.run_path(run["metadata"]["name"], "status"), patch)
+        written = await self.kube.merge_patch(self.run_path(run["metadata"]["name"], "status"), patch)
+        self.written[run["metadata"]["name"]] = (str(written["metadata"]["resourceVersion"]), time.monotonic())
+        return written
 
     def timestamp(self) -> str:
         return self.clock().strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -3,7 +3,8 @@
 * In-process electors with different identities: one acquires, renews, and the other never
   takes the Lease while it is renewed; when the renewal task is cancelled or dies, the
   leader refuses every write at once (a real write is refused before it is sent), and the
-  other takes the Lease only once it has seen it unchanged for its duration.
+  other takes the Lease only once it has seen it unchanged for its duration; a Lease handed
+  back on a clean stop is taken at once.
 * Two controller processes with different identities: the leader's renewal task is made to
   die; from each process's own log of the requests it sent, the old leader's last write
   precedes both its renew deadline and the new leader's first write, and the new leader
@@ -77,6 +78,12 @@ async def test_acquire_renew_loss_and_takeover(
         assert stopped < last_renewal + RENEW_DEADLINE < last_renewal + DURATION
         assert took - last_renewal >= DURATION, "B took the Lease before it could have expired"
         assert b.leadership.may_write(time.monotonic())
+
+        # A clean stop hands the Lease back: the other replica takes it at once.
+        assert await b.release()
+        assert not b.leadership.may_write(time.monotonic())
+        a.new_term()
+        assert await a.try_acquire(), "a released Lease is taken at once, without waiting for it to expire"
     finally:
         for kube in (kube_a, kube_b, work_a):
             await kube.close()

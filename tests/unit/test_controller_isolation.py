@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from controller.ledger import LedgerError
-from controller.loop import MAX_FAILURES, Controller, Key, Kind, run_requeue
+from controller.loop import MAX_FAILURES, Controller, Key, Kind, run_requeue, stale_after_own_write
 from controller.state import Context, NotLeader
 from controller.workqueue import (
     Backoff,
@@ -201,3 +201,25 @@ def _run(phase: str | None, *, cancel: bool = False, started: str | None = None,
 )
 def test_run_requeue(run: Any, expected: Result) -> None:
     assert run_requeue(run, NOW) == expected
+
+
+def _cached(version: str) -> Any:
+    return {"metadata": {"name": "r1", "resourceVersion": version}}
+
+
+@pytest.mark.parametrize(
+    ("cached", "written", "now", "stale"),
+    [
+        pytest.param("10", None, 0.0, False, id="nothing written: act"),
+        pytest.param("10", ("12", 0.0), 1.0, True, id="cache older than our write: wait"),
+        pytest.param("12", ("12", 0.0), 1.0, False, id="cache has our write: act"),
+        pytest.param("15", ("12", 0.0), 1.0, False, id="cache newer than our write: act"),
+        pytest.param("10", ("12", 0.0), 11.0, False, id="a write never seen is not waited for forever"),
+        pytest.param("abc", ("xyz", 0.0), 1.0, True, id="opaque versions: only equality counts"),
+        pytest.param("xyz", ("xyz", 0.0), 1.0, False, id="opaque versions, equal"),
+    ],
+)
+def test_a_run_cached_from_before_our_own_write_is_not_acted_on(
+    cached: str, written: tuple[str, float] | None, now: float, stale: bool
+) -> None:
+    assert stale_after_own_write(_cached(cached), written, now) is stale
