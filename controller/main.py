@@ -1,4 +1,5 @@
-"""``signal-controller``: connect, elect a leader, fence the ledger, reconcile until told to stop."""
+"""``signal-controller``: connect, prove its admission policies are in force (controller/policy.py;
+exit 4 when one is not), elect a leader, fence the ledger, reconcile until told to stop."""
 
 import argparse
 import asyncio
@@ -10,14 +11,23 @@ import socket
 from controller.leader import LeaderElector, LeaseLost
 from controller.ledger import LedgerError
 from controller.loop import run_loop
+from controller.policy import require_policies
 from controller.probes import Probes
 from controller.state import Context, NotLeader, log
+from kubeio.admission import PolicyNotInForce
 from kubeio.client import Kube
 from kubeio.logs import configure_logging
+from shared.policies import EXIT_POLICY_NOT_IN_FORCE
 
 
 async def serve(args: argparse.Namespace) -> int:
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller")
+    try:
+        await require_policies(kube, args.namespace, wait_seconds=args.policy_wait_seconds)
+    except PolicyNotInForce as exc:
+        log.error("refusing to run: an admission policy is not in force", reason=str(exc))
+        await kube.close()
+        return EXIT_POLICY_NOT_IN_FORCE
     # The Lease has a connection of its own: renewals never queue behind reconcile traffic.
     lease_kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-controller", timeout=5.0)
     lease_kube.crash_points = False
@@ -134,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="serve /metrics, /healthz and /readyz here (0: off)"
+    )
+    parser.add_argument(
+        "--policy-wait-seconds",
+        type=float,
+        default=float(os.environ.get("SIGNAL_POLICY_WAIT_SECONDS", "30")),
+        help="how long to wait for the admission policies to be in force before refusing to run",
     )
     args = parser.parse_args(argv)
     configure_logging(args.log_format)
