@@ -14,7 +14,8 @@ from typing import Any, cast
 import pytest
 
 from controller.ledger import LedgerError
-from controller.loop import MAX_FAILURES, Controller, Key, Kind, run_requeue, stale_after_own_write
+from controller.loop import MAX_FAILURES, Controller, Key, Kind
+from controller.requeue import run_requeue, stale_after_own_write
 from controller.state import Context, NotLeader
 from controller.workqueue import (
     Backoff,
