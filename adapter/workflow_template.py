@@ -46,18 +46,40 @@ recursive steps template with input ``index`` (default ``"0"``).
   Both are image fields for kustomize (``deploy/base/kustomizeconfig.yaml``), so one
   ``images:`` entry per image sets them, by digest.
 
+* Placement (docs/security.md, "Adapter containment"): every step Pod holds the adapter's
+  token, so none may run on a Node under test. The Workflow-level ``affinity`` (Argo applies
+  it to every Pod of the Workflow) requires Nodes *without* Signal's request label
+  (``projectsignal.dev/certify``) and reservation label (``projectsignal.dev/reserved-by``);
+  the template tolerates no Signal taint, so a cordoned (reserved) Node is out as well. An
+  operator marks trusted Nodes with ``StepPlacement`` (a ``nodeSelector`` and tolerations for
+  those Nodes' own taints), or patches ``spec.nodeSelector`` / ``spec.tolerations`` in an
+  overlay.
+
 These semantics were checked offline against Argo v4.0.5's own Go code (template validation,
 ``ProcessArgs`` substitution, ``ReplaceStrict`` and the steps ``when`` evaluator), not on a
 running Argo controller.
 """
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 from hera.workflows import Container, EmptyDirVolume, Env, Parameter, Resources, Step, Steps, WorkflowTemplate
-from hera.workflows.models import Capabilities, SeccompProfile, SecurityContext, ValueFrom
+from hera.workflows.models import (
+    Affinity,
+    Capabilities,
+    NodeAffinity,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    SeccompProfile,
+    SecurityContext,
+    Toleration,
+    ValueFrom,
+)
 
 from shared import keys
 
@@ -120,7 +142,39 @@ def _security_context() -> SecurityContext:
     )
 
 
-def build_workflow_template(image: str = DEFAULT_IMAGE, runner_image: str = DEFAULT_RUNNER_IMAGE) -> dict[str, Any]:
+@dataclass(frozen=True)
+class StepPlacement:
+    """Where the adapter's step Pods may run: Nodes the operator trusts. Never a Node under
+    test, whatever is set here (``_step_affinity``)."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Labels of the trusted Nodes (empty: any Node that is not under test)."""
+    tolerations: tuple[Mapping[str, str], ...] = ()
+    """Tolerations for the trusted Nodes' own taints ({key, operator, value, effect});
+    never Signal's reservation taint."""
+
+    def __post_init__(self) -> None:
+        for toleration in self.tolerations:
+            if toleration.get("key") in ("", None, keys.RESERVED_TAINT_KEY):
+                raise ValueError(
+                    f"step Pods may not tolerate {toleration!r}: name the trusted Nodes' own taint key "
+                    f"(never {keys.RESERVED_TAINT_KEY}, never every taint)"
+                )
+
+
+def _step_affinity() -> Affinity:
+    """Only Nodes that are neither requested for certification nor reserved by a Run."""
+    away = [
+        NodeSelectorRequirement(key=keys.CERTIFY_LABEL, operator="DoesNotExist"),
+        NodeSelectorRequirement(key=keys.RESERVED_BY_LABEL, operator="DoesNotExist"),
+    ]
+    required = NodeSelector(node_selector_terms=[NodeSelectorTerm(match_expressions=away)])
+    return Affinity(node_affinity=NodeAffinity(required_during_scheduling_ignored_during_execution=required))
+
+
+def build_workflow_template(
+    image: str = DEFAULT_IMAGE, runner_image: str = DEFAULT_RUNNER_IMAGE, placement: StepPlacement | None = None
+) -> dict[str, Any]:
     """The ``signal-adapter`` WorkflowTemplate as a dict (pure: no cluster I/O)."""
     env = [Env(name=RUNNER_IMAGE_ENV, value=runner_image)]
     grace = json.dumps({"terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS})
@@ -134,6 +188,11 @@ def build_workflow_template(image: str = DEFAULT_IMAGE, runner_image: str = DEFA
         service_account_name=SERVICE_ACCOUNT,
         parallelism=1,
         arguments=[Parameter(name=name) for name in WORKFLOW_PARAMETERS],
+        affinity=_step_affinity(),
+        node_selector=dict(placement.node_selector) if placement and placement.node_selector else None,
+        tolerations=[Toleration(**dict(t)) for t in placement.tolerations]
+        if placement and placement.tolerations
+        else None,
     ) as template:
         check = Container(
             name="check",

@@ -32,7 +32,6 @@ PLURALS = {
     "WorkflowTemplate": "workflowtemplates",
     "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
     "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
-    "ConfigMap": "configmaps",  # the adapter policy's parameter
 }
 CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}

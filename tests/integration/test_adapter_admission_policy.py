@@ -29,6 +29,7 @@ from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from tests.adapter_support import AdapterWorld, check
 from tests.controller_support import install_rbac
 from tests.integration.test_deploy_manifests import DEPLOY, default_inputs, kustomize
+from tests.policy_support import configure_adapter_workloads
 
 BASE = DEPLOY / "base"
 POLICY_FILE = BASE / "adapter-admission-policy.yaml"
@@ -171,7 +172,16 @@ def test_the_policy_is_bound_to_the_signal_namespace(tmp_path: Path) -> None:
         (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(r["operations"]))
         for r in policy["spec"]["matchConstraints"]["resourceRules"]
     }
-    assert rules == {(("",), ("pods",), ("CREATE",)), (("kubeflow.org",), ("mpijobs",), ("CREATE",))}
+    assert rules == {
+        (("",), ("pods",), ("CREATE", "DELETE")),
+        (("kubeflow.org",), ("mpijobs",), ("CREATE", "DELETE")),
+    }
+    # Configured by three variables an overlay sets: by default the runner image, nothing else.
+    configuration = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert configuration["runnerImage"] == f"'{RUNNER}'"
+    assert configuration["capabilities"] == "''"
+    assert configuration["hostNetwork"] == "false"
+    assert "paramKind" not in policy["spec"]
 
 
 # --- what the adapter may not create ------------------------------------------------------------
@@ -294,7 +304,11 @@ async def test_the_adapter_cannot_create_an_mpijob_that_escapes(
 # --- what it may create -------------------------------------------------------------------------
 
 
-async def test_the_adapters_own_workloads_are_admitted(policed: KubeClient, namespace: str) -> None:
+async def test_the_adapters_own_workloads_are_admitted(
+    cluster: LocalCluster, admin: KubeClient, policed: KubeClient, namespace: str
+) -> None:
+    # An operator who runs RDMA checks with the host network allows both (default: neither).
+    await configure_adapter_workloads(cluster, admin, namespace, capabilities="IPC_LOCK", host_network=True)
     for workload in ({}, {"hostNetwork": True}, {"capabilities": ["IPC_LOCK"], "cpu": "1", "memory": "1Gi"}):
         pod = good_pod(namespace, **workload)
         admitted = await dry_run(policed, pods_path(namespace), pod)

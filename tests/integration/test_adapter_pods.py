@@ -17,6 +17,7 @@ from shared import keys
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, RESULTS_SCHEMA, decode_document
 from tests.adapter_support import AdapterWorld, check, fake_runner_image
 from tests.controller_support import eventually
+from tests.policy_support import configure_adapter_workloads
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -139,6 +140,8 @@ async def test_every_bad_result_is_inconclusive(world: AdapterWorld) -> None:
     script = json.dumps({str(i): m for i, m in enumerate(modes)})
     await world.setup(len(modes), {"fake.json": script}, [check("fake", "fake.json")])
     with fake_runner_image() as image:
+        # The adapter's admission policy admits only the configured runner image.
+        await configure_adapter_workloads(world.cluster, world.admin, world.namespace, runner_image=image)
         outcome = await world.adapter(0, "--runner-image", image)
     assert outcome.code == 0, outcome.log
     assert outcome.verdict == "Inconclusive"
