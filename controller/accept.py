@@ -26,6 +26,7 @@ from controller import events, metrics
 from controller.evidence_adoption import adoption_problem
 from controller.manifests import owner_reference
 from controller.projection import detail, node_condition, projection_patch, recorded
+from controller.reassert import record_run
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import AlreadyExists, Conflict, NotFound
@@ -213,6 +214,7 @@ async def accept(ctx: Context, run: Obj, workflow: Obj | None, *, deadline_passe
     completed = status.get("completionTime") or document["decidedAt"]
     profile = run["spec"]["profile"]["name"]
     participants = {p["nodeName"] for p in run["spec"]["participants"]}
+    await record_run(ctx, run, document["nodes"], digest, completed)  # the authoritative record first
     projected = []
     for node_name, verdict in sorted(document["nodes"].items()):
         if node_name not in participants:  # never project a Node outside spec.participants

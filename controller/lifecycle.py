@@ -1,17 +1,18 @@
 """What happens around finished Runs: cleanup of their Workflows and snapshots, retention of
 a bounded number of terminal Runs per profile, and recurrence (re-requesting Nodes whose
-last result from a profile is older than its interval). I/O over the caches; the rules are
+last result from a profile, in the profile's record, is older than its interval). I/O over the caches; the rules are
 the pure functions ``due_for_recertification`` and ``expired_runs``."""
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
 from controller.nodes import NodeView
+from controller.reassert import record_of
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
-from shared import keys
+from shared import certified, keys
 from shared.conditions import is_true, set_condition
 from shared.durations import DurationError, parse_duration
 from shared.run import TERMINAL_PHASES
@@ -28,12 +29,16 @@ def _parse_time(value: str) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def due_for_recertification(nodes: Iterable[NodeView], profile: str, interval: timedelta, now: datetime) -> list[str]:
-    """Nodes last certified by ``profile`` more than ``interval`` ago that are free to be
-    requested again (not reserved, not cordoned by anyone, not already requested)."""
+def due_for_recertification(
+    nodes: Iterable[NodeView], completed: Mapping[str, str], interval: timedelta, now: datetime
+) -> list[str]:
+    """Nodes last certified by the profile more than ``interval`` ago that are free to be
+    requested again (not reserved, not cordoned by anyone, not already requested).
+    ``completed``: Node name -> completion time of its result in the profile's record
+    (shared/certified.py), never what a Node's own annotation claims."""
     due = []
     for node in nodes:
-        when = node.completed.get(profile)
+        when = completed.get(node.name)
         finished = _parse_time(when) if when else None
         if finished is None or now - finished < interval:
             continue
@@ -70,7 +75,14 @@ async def recur(ctx: Context, profile: Obj) -> None:
     except DurationError:
         return
     name = profile["metadata"]["name"]
-    for node_name in due_for_recertification(ctx.nodes.items.values(), name, interval, ctx.clock()):
+    record = record_of(profile)
+    nodes = list(ctx.nodes.items.values())
+    completed = {
+        n.name: entry["completionTime"]
+        for n in nodes
+        if (entry := certified.current(record, n.name, n.uid)) is not None
+    }
+    for node_name in due_for_recertification(nodes, completed, interval, ctx.clock()):
         view = ctx.node_map()[node_name]
         patch = {"metadata": {"resourceVersion": view.resource_version, "labels": {keys.CERTIFY_LABEL: name}}}
         with contextlib.suppress(Conflict, NotFound):

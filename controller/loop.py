@@ -32,6 +32,7 @@ from controller.ledger import LedgerError
 from controller.lifecycle import enforce_retention, recur
 from controller.nodes import NodeView
 from controller.profiles import reconcile_profile
+from controller.reassert import reassert_projections
 from controller.recovery import recover
 from controller.requeue import STALE_RECHECK, run_requeue, stale_after_own_write
 from controller.runs import reconcile_run
@@ -183,7 +184,8 @@ class Controller:
         if key.kind is Kind.GROUPS:
             await recover(self.ctx)
             await enforce_retention(self.ctx)
-            # Issue 12: re-assert projections from here on a resync (``if resync: ...``).
+            if resync:  # Node projections from the profiles' records (issue 12; controller/reassert.py)
+                await reassert_projections(self.ctx)
             self.refresh_metrics()
             return Done()
         obj = self._current(key)

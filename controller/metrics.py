@@ -13,6 +13,8 @@
   condition and an Event.
 * ``signal_informer_synced`` (gauge, by resource): 1 while that cache follows the API server.
 * ``signal_workqueue_depth`` (gauge): keys waiting to be reconciled now.
+* ``signal_projection_tampered_total`` (counter, by profile): a Node's projection differed from
+  the profile's record (controller/reassert.py) and was rewritten from it.
 """
 
 from collections import Counter as Tally
@@ -44,6 +46,12 @@ INFORMER_SYNCED = Gauge(
     "signal_informer_synced", "1 while a cache follows the API server", ["resource"], registry=REGISTRY
 )
 QUEUE_DEPTH = Gauge("signal_workqueue_depth", "Keys waiting to be reconciled now", registry=REGISTRY)
+PROJECTION_TAMPERED = Counter(
+    "signal_projection_tampered",
+    "Node projections that differed from the profile's record and were re-asserted",
+    ["profile"],
+    registry=REGISTRY,
+)
 
 
 def refresh(runs: list[dict[str, Any]], reserved_nodes: int) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.projection import node_copy
 from shared import keys
 from shared.quantity import QuantityError, parse_quantity
 
@@ -43,7 +44,11 @@ class NodeView:
     next_attempt: tuple[str, int] | None = None
     """(profile, attempt) recorded when the Node was released for a retry."""
     completed: Mapping[str, str] = field(default_factory=dict)
-    """Profile -> completion time of the result projected for it (for recurrence)."""
+    """Profile -> completion time the Node's annotation claims (never trusted: recurrence
+    reads the profile's record, shared/certified.py)."""
+    projection: Mapping[str, str] = field(default_factory=dict)
+    """Signal's projection keys on the Node as it carries them (controller/projection.node_copy),
+    compared with the profile's record on every resync (controller/reassert.py)."""
     taints: tuple[tuple[str, str, str], ...] = ()
     """(key, value, effect) of the Node's taints other than Signal's cordon and the
     unschedulable taint (those are ``signal_taint_uid`` and ``unschedulable``)."""
@@ -110,6 +115,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         signal_taint_uid=next((str(t.get("value", "")) for t in taints if t.get("key") == RESERVED_TAINT_KEY), None),
         next_attempt=_next_attempt(str(annotations.get(keys.ATTEMPT_ANNOTATION) or "")),
         completed=_completed(annotations),
+        projection=node_copy(node),
         taints=tuple(
             (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
             for t in taints

@@ -3,7 +3,10 @@
 For profile ``p`` each participant Node gets the label ``certified.projectsignal.dev/p``
 (``Pass``/``Fail``/``Inconclusive``), an annotation of the same key with the detail (Run
 name, namespace and uid, when the Run was created and completed, the evidence digest and
-the profile's source digest: the suite identity) and a Node condition of the same type.
+the profile's source digest: the suite identity) and a Node condition of the same type, plus
+the label schedulers can trust, ``node-restriction.kubernetes.io/signal-<profile>``
+(shared/certified.py). These are copies: the original is the profile's record, from which the
+controller re-asserts them (``reassert_patches``; controller/reassert.py).
 
 Monotonic: a Node keeps the result of the newest Run, ordered by the Run's creation time
 (Runs of one Node never overlap, so a later creation is a later admission). A Run created
@@ -11,9 +14,10 @@ at the same second as the recorded one but with another uid does not overwrite i
 """
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
-from shared import keys
+from shared import certified, keys
 
 Obj = dict[str, Any]
 
@@ -70,7 +74,7 @@ def projection_patch(node: Obj, profile: str, new: dict[str, str]) -> Obj | None
     return {
         "metadata": {
             "resourceVersion": node["metadata"]["resourceVersion"],
-            "labels": {key: new["verdict"]},
+            "labels": {key: new["verdict"], certified.trusted_label(profile): new["verdict"]},
             "annotations": {key: encoded},
         }
     }
@@ -88,3 +92,82 @@ def node_condition(profile: str, new: dict[str, str]) -> Obj:
         "lastTransitionTime": new["completionTime"],
         "lastHeartbeatTime": new["completionTime"],
     }
+
+
+# -- the authoritative record and the Node's copy of it (issue 12, item 6; shared/certified.py) --
+
+LABEL, ANNOTATION, CONDITION = "label:", "annotation:", "condition:"
+
+
+def record_entry(run: Obj, verdict: str, digest: str, completed: str, node_uid: str) -> dict[str, str]:
+    """A Node's entry in its profile's record: the projection detail and the Node's uid."""
+    return {**detail(run, verdict, digest, completed), "nodeUID": node_uid}
+
+
+def _encoded(detail_: dict[str, str]) -> str:
+    return json.dumps(detail_, sort_keys=True, separators=(",", ":"))
+
+
+def _condition_signature(condition: Obj) -> str:
+    return f"{condition.get('status')}|{condition.get('reason')}|{condition.get('message')}"
+
+
+def node_copy(node: Mapping[str, Any]) -> dict[str, str]:
+    """What a raw Node carries of Signal's projections: ``label:<key>``, ``annotation:<key>``,
+    ``condition:<type>`` (status|reason|message) for every projection key on it."""
+    meta = node.get("metadata") or {}
+    found: dict[str, str] = {}
+    for key, value in (meta.get("labels") or {}).items():
+        if key.startswith((keys.CERTIFIED_LABEL_PREFIX, certified.TRUSTED_LABEL_PREFIX)):
+            found[LABEL + key] = str(value)
+    for key, value in (meta.get("annotations") or {}).items():
+        if key.startswith(keys.CERTIFIED_LABEL_PREFIX):
+            found[ANNOTATION + key] = str(value)
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        kind = str(condition.get("type", ""))
+        if kind.startswith(keys.CERTIFIED_LABEL_PREFIX):
+            found[CONDITION + kind] = _condition_signature(condition)
+    return found
+
+
+def expected_copy(profile: str, entry: dict[str, str] | None) -> dict[str, str | None]:
+    """What a Node must carry for ``profile`` given its record entry (None: nothing)."""
+    key, trusted = keys.certified_label(profile), certified.trusted_label(profile)
+    if entry is None:
+        return {LABEL + key: None, LABEL + trusted: None, ANNOTATION + key: None, CONDITION + key: None}
+    shown = {k: v for k, v in entry.items() if k != "nodeUID"}
+    return {
+        LABEL + key: entry["verdict"],
+        LABEL + trusted: entry["verdict"],
+        ANNOTATION + key: _encoded(shown),
+        CONDITION + key: _condition_signature(node_condition(profile, shown)),
+    }
+
+
+def reassert_patches(
+    profile: str, entry: dict[str, str] | None, copy: dict[str, str], resource_version: str
+) -> tuple[Obj | None, Obj | None, list[str]]:
+    """(metadata merge patch, status strategic patch, what differed) making a Node's copy of
+    ``profile`` equal its record entry; (None, None, []) when it already is."""
+    expected = expected_copy(profile, entry)
+    differs = sorted(k for k, v in expected.items() if copy.get(k) != v)
+    if not differs:
+        return None, None, []
+    labels = {k[len(LABEL) :]: expected[k] for k in differs if k.startswith(LABEL)}
+    annotations = {k[len(ANNOTATION) :]: expected[k] for k in differs if k.startswith(ANNOTATION)}
+    meta: Obj | None = None
+    if labels or annotations:
+        meta = {"metadata": {"resourceVersion": resource_version}}
+        if labels:
+            meta["metadata"]["labels"] = labels
+        if annotations:
+            meta["metadata"]["annotations"] = annotations
+    status: Obj | None = None
+    if any(k.startswith(CONDITION) for k in differs):
+        key = keys.certified_label(profile)
+        if entry is None:
+            status = {"status": {"conditions": [{"type": key, "$patch": "delete"}]}}
+        else:
+            shown = {k: v for k, v in entry.items() if k != "nodeUID"}
+            status = {"status": {"conditions": [node_condition(profile, shown)]}}
+    return meta, status, differs

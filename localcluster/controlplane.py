@@ -29,10 +29,15 @@ from localcluster.binaries import kplane_binary
 log = structlog.get_logger("localcluster")
 
 # Named users in the static token file: name -> groups.
+KUBELET_NODE = "signal-kubelet-node"
+KUBELET_USER = f"system:node:{KUBELET_NODE}"
 NAMED_USERS: dict[str, tuple[str, ...]] = {
     "alice": ("signal:operators",),
     "bob": ("signal:viewers",),
     "carol": (),
+    # A kubelet's identity for the Node of that name (Node authorizer + NodeRestriction), so
+    # tests can act as a compromised Node's own credentials (issue 12).
+    KUBELET_USER: ("system:nodes",),
 }
 # root-ca-certificate-publisher-controller publishes the kube-root-ca.crt ConfigMap in every
 # namespace: the ca.crt of projected ServiceAccount volumes (in-cluster config of Pods).
@@ -229,7 +234,9 @@ class ControlPlane:
             f"--advertise-address={self.host}",
             f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.workdir / 'certs'}",
-            "--authorization-mode=RBAC",
+            # Node: kubelets (system:node:<name> in system:nodes) as on a real cluster, with
+            # NodeRestriction below limiting them to their own Node.
+            "--authorization-mode=Node,RBAC",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={self.workdir / 'sa.pub'}",
@@ -238,7 +245,7 @@ class ControlPlane:
             # Simulated Nodes' host names do not resolve; their InternalIP is 127.0.0.1.
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--allow-privileged=true",
-            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
+            "--enable-admission-plugins=OwnerReferencesPermissionEnforcement,NodeRestriction",
             # No node-lifecycle controller runs, so nothing would lift the not-ready taint.
             "--disable-admission-plugins=TaintNodesByCondition",
             "--max-requests-inflight=1000",

@@ -369,6 +369,8 @@ class ProfileStatus(WireModel):
     conditions: Conditions = Field(default_factory=list)
     eligible_nodes: int | None = None
     """Requested Nodes eligible at the last admission attempt."""
+    certified_nodes: Annotated[str, Field(max_length=1_000_000)] | None = None
+    """Authoritative per-Node results (shared/certified.py), written only by the controller."""
 
 
 class CertificationProfile(WireModel):

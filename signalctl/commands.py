@@ -19,7 +19,7 @@ import aiohttp
 
 from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import ApiError, Forbidden, NotFound
-from shared import keys
+from shared import certified, keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.durations import DurationError, parse_duration
 from shared.evidence import EvidenceError, decode_document
@@ -91,7 +91,16 @@ async def cmd_describe_run(kube: Kube, args: argparse.Namespace) -> int:
     except ApiError as exc:
         print(f"signalctl: warning: {explain(exc, 'list', f'Events in namespace {args.namespace}')}", file=sys.stderr)
         events = None
-    print(describe.describe_run(run, nodes, events, datetime.now(UTC)))
+    record: dict[str, dict[str, str]] | None
+    try:  # what Signal recorded for the participants (shared/certified.py), not the Nodes' labels
+        profile = await kube.get(
+            resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=run["spec"]["profile"]["name"])
+        )
+        record = certified.decode((profile.get("status") or {}).get("certifiedNodes"))
+    except (ApiError, certified.RecordError) as exc:
+        print(f"signalctl: warning: the profile's certified-nodes record could not be read: {exc}", file=sys.stderr)
+        record = None
+    print(describe.describe_run(run, nodes, events, datetime.now(UTC), record))
     return 0
 
 

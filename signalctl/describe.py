@@ -5,22 +5,28 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from shared import keys
+from shared import certified, keys
 from signalctl.tables import age, render
 
 Obj = dict[str, Any]
 MAX_EVENTS = 20
 UNREADABLE = "<unreadable>"
 """What a Node lookup gives when the caller may not read Nodes."""
+UNREADABLE_RECORD = "<record unreadable>"
+"""CERTIFIED when the profile's record could not be read."""
 
 
 def _field(label: str, value: object) -> str:
     return f"{label + ':':<18}{value if value not in (None, '') else '<none>'}"
 
 
-def participant_rows(run: Obj, nodes: dict[str, Obj | str | None]) -> list[list[str]]:
+def participant_rows(
+    run: Obj, nodes: dict[str, Obj | str | None], record: dict[str, dict[str, str]] | None = None
+) -> list[list[str]]:
     """INDEX NODE NODE-UID CERTIFIED per participant. ``nodes`` maps a Node name to the Node,
-    ``UNREADABLE``, or None (not found)."""
+    ``UNREADABLE``, or None (not found). CERTIFIED is the profile's record (shared/certified.py;
+    None: it could not be read), never the Node's own label, which is shown only when it
+    disagrees (a kubelet can write it)."""
     profile = run["spec"]["profile"]["name"]
     rows = []
     for p in sorted(run["spec"]["participants"], key=lambda p: p["index"]):
@@ -30,9 +36,14 @@ def participant_rows(run: Obj, nodes: dict[str, Obj | str | None]) -> list[list[
         elif isinstance(node, str):
             label = node
         else:
-            label = (node["metadata"].get("labels") or {}).get(keys.certified_label(profile), "<none>")
-            if node["metadata"].get("uid") != p["nodeUID"]:
-                label += f" (Node replaced: uid now {node['metadata'].get('uid')})"
+            uid = node["metadata"].get("uid", "")
+            entry = certified.current(record, p["nodeName"], uid) if record is not None else None
+            label = UNREADABLE_RECORD if record is None else (entry["verdict"] if entry else "<none>")
+            claimed = (node["metadata"].get("labels") or {}).get(keys.certified_label(profile))
+            if record is not None and claimed != (entry["verdict"] if entry else None):
+                label += f" (Node label says {claimed or 'nothing'}: not Signal's record)"
+            if uid != p["nodeUID"]:
+                label += f" (Node replaced: uid now {uid})"
         rows.append([str(p["index"]), p["nodeName"], p["nodeUID"], label])
     return rows
 
@@ -51,8 +62,15 @@ def event_rows(events: Sequence[Obj], now: datetime) -> list[list[str]]:
     ]
 
 
-def describe_run(run: Obj, nodes: dict[str, Obj | str | None], events: Sequence[Obj] | None, now: datetime) -> str:
-    """The full description. ``events`` None means they could not be read."""
+def describe_run(
+    run: Obj,
+    nodes: dict[str, Obj | str | None],
+    events: Sequence[Obj] | None,
+    now: datetime,
+    record: dict[str, dict[str, str]] | None = None,
+) -> str:
+    """The full description. ``events`` None means they could not be read; ``record`` (the
+    profile's certified-nodes record) None, that it could not be."""
     meta, spec, status = run["metadata"], run["spec"], run.get("status") or {}
     evidence = status.get("evidence") or {}
     workflow = status.get("workflow") or {}
@@ -93,7 +111,7 @@ def describe_run(run: Obj, nodes: dict[str, Obj | str | None], events: Sequence[
     lines += _indent(render(("INDEX", "NAME", "BACKEND", "GPUS", "VERDICT"), rows))
     lines.append("Participants:")
     certified = f"CERTIFIED ({keys.certified_label(spec['profile']['name'])})"
-    lines += _indent(render(("INDEX", "NODE", "NODE-UID", certified), participant_rows(run, nodes)))
+    lines += _indent(render(("INDEX", "NODE", "NODE-UID", certified), participant_rows(run, nodes, record)))
     lines.append("Events:")
     if events is None:
         lines.append("  <could not read Events>")

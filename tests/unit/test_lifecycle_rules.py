@@ -14,7 +14,7 @@ import pytest
 from controller.accept import reported_digests
 from controller.lifecycle import DEFAULT_KEEP, due_for_recertification, expired_runs
 from controller.manifests import release_patch, reservation_patch
-from controller.nodes import RESERVED_TAINT_KEY, node_view
+from controller.nodes import RESERVED_TAINT_KEY, NodeView, node_view
 from controller.runs import deadline_passed
 from controller.state import workflow_view
 from shared import keys
@@ -78,10 +78,29 @@ DUE_CASES: dict[str, tuple[NodeBuilder, bool]] = {
 }
 
 
+def due(nodes: list[NodeView], profile: str, interval: timedelta, now: datetime) -> list[str]:
+    """Recurrence over the completion times of a profile's record; the tables below write
+    them as the Node annotations of old, and ``record`` reads them back as the record would
+    hold them (the Nodes' own annotations are never read by recurrence itself)."""
+    return due_for_recertification(nodes, record(nodes, profile), interval, now)
+
+
+def record(nodes: list[NodeView], profile: str) -> dict[str, str]:
+    return {n.name: n.completed[profile] for n in nodes if profile in n.completed}
+
+
 @pytest.mark.parametrize("case", sorted(DUE_CASES))
 def test_due_for_recertification(case: str) -> None:
-    builder, due = DUE_CASES[case]
-    assert due_for_recertification([builder.view()], PROFILE, DAY, NOW) == (["n"] if due else [])
+    builder, is_due = DUE_CASES[case]
+    assert due([builder.view()], PROFILE, DAY, NOW) == (["n"] if is_due else [])
+
+
+def test_recurrence_reads_the_record_not_the_nodes_claim() -> None:
+    """A kubelet's far-future annotation does not hold recurrence off (issue 12, item 6), and a
+    Node the record does not name is never due, whatever it claims."""
+    forged = certified(make_node("n"), completed="2999-01-01T00:00:00Z").view()
+    assert due_for_recertification([forged], {"n": stamp(NOW - 2 * DAY)}, DAY, NOW) == ["n"]
+    assert due_for_recertification([certified(make_node("m")).view()], {}, DAY, NOW) == []
 
 
 def test_due_nodes_are_sorted_and_filtered_together() -> None:
@@ -92,10 +111,10 @@ def test_due_nodes_are_sorted_and_filtered_together() -> None:
         certified(make_node("d")).unschedulable().view(),
         certified(make_node("e"), profile="other").view(),
     ]
-    assert due_for_recertification(nodes, PROFILE, DAY, NOW) == ["a", "c"]
-    assert due_for_recertification(nodes, "other", DAY, NOW) == ["e"]
-    assert due_for_recertification(nodes, PROFILE, timedelta(minutes=30), NOW) == ["a", "b", "c"]
-    assert due_for_recertification([], PROFILE, DAY, NOW) == []
+    assert due(nodes, PROFILE, DAY, NOW) == ["a", "c"]
+    assert due(nodes, "other", DAY, NOW) == ["e"]
+    assert due(nodes, PROFILE, timedelta(minutes=30), NOW) == ["a", "b", "c"]
+    assert due([], PROFILE, DAY, NOW) == []
 
 
 def test_time_without_offset_is_skipped_not_fatal() -> None:
@@ -103,7 +122,7 @@ def test_time_without_offset_is_skipped_not_fatal() -> None:
         certified(make_node("a")).view(),
         certified(make_node("b"), completed="2026-11-28T12:00:00").view(),
     ]
-    assert due_for_recertification(nodes, PROFILE, DAY, NOW) == ["a"]
+    assert due(nodes, PROFILE, DAY, NOW) == ["a"]
 
 
 # -- expired_runs --------------------------------------------------------------------------------

@@ -9,13 +9,14 @@ from typing import Any
 import pytest
 
 from controller.projection import detail, node_condition, projection_patch, recorded, supersedes
-from shared import keys
+from shared import certified, keys
 from tests.builders import SCRIPTS_DIGEST, run_manifest
 from tests.unit.node_builders import make_node
 
 Obj = dict[str, Any]
 PROFILE = "gpu-basic"
 KEY = keys.certified_label(PROFILE)
+TRUSTED = certified.trusted_label(PROFILE)
 DIGEST = "sha256:" + "e" * 64
 
 
@@ -163,7 +164,11 @@ def test_garbled_recorded_time_is_replaced(garbled: Any) -> None:
 def test_patch_on_a_fresh_node() -> None:
     new = new_detail("Fail")
     assert projection_patch(node_with(rv="77"), PROFILE, new) == {
-        "metadata": {"resourceVersion": "77", "labels": {KEY: "Fail"}, "annotations": {KEY: encoded(new)}}
+        "metadata": {
+            "resourceVersion": "77",
+            "labels": {KEY: "Fail", TRUSTED: "Fail"},
+            "annotations": {KEY: encoded(new)},
+        }
     }
 
 
@@ -185,7 +190,7 @@ def test_patch_keeps_other_labels_and_profiles() -> None:
     node = make_node("n").label("pool", "gpu").label(keys.certified_label("other"), "Fail").build()
     patch = projection_patch(node, PROFILE, new_detail())
     assert patch is not None
-    assert set(patch["metadata"]["labels"]) == {KEY}
+    assert set(patch["metadata"]["labels"]) == {KEY, TRUSTED}
     assert set(patch["metadata"]["annotations"]) == {KEY}
     applied = merge(node, patch)
     assert applied["metadata"]["labels"]["pool"] == "gpu"
@@ -215,7 +220,7 @@ def test_newer_run_overwrites() -> None:
     new = new_detail("Pass", uid="b", created=T1)
     patch = projection_patch(node, PROFILE, new)
     assert patch is not None
-    assert patch["metadata"]["labels"] == {KEY: "Pass"}
+    assert patch["metadata"]["labels"] == {KEY: "Pass", TRUSTED: "Pass"}
     assert json.loads(patch["metadata"]["annotations"][KEY]) == new
 
 
@@ -236,7 +241,13 @@ def test_same_run_repairs_an_edited_projection(label: str | None, annotation_of:
     elif annotation_of == "edited":
         annotation = encoded({**new, "evidenceDigest": "sha256:" + "0" * 64})
     patch = projection_patch(node_with(annotation, label), PROFILE, new)
-    assert patch == {"metadata": {"resourceVersion": "41", "labels": {KEY: "Fail"}, "annotations": {KEY: encoded(new)}}}
+    assert patch == {
+        "metadata": {
+            "resourceVersion": "41",
+            "labels": {KEY: "Fail", TRUSTED: "Fail"},
+            "annotations": {KEY: encoded(new)},
+        }
+    }
 
 
 def test_same_run_with_unsorted_annotation_is_rewritten_canonically() -> None:
@@ -252,7 +263,7 @@ def test_garbled_annotation_is_replaced(garbled: str) -> None:
     new = new_detail("Inconclusive")
     patch = projection_patch(node_with(garbled, label="Pass"), PROFILE, new)
     assert patch is not None
-    assert patch["metadata"]["labels"] == {KEY: "Inconclusive"}
+    assert patch["metadata"]["labels"] == {KEY: "Inconclusive", TRUSTED: "Inconclusive"}
     assert patch["metadata"]["annotations"] == {KEY: encoded(new)}
 
 
@@ -260,7 +271,7 @@ def test_label_without_annotation_is_replaced() -> None:
     """A result label nobody can attribute (no detail) is not a newer result."""
     patch = projection_patch(node_with(label="Pass"), PROFILE, new_detail("Fail"))
     assert patch is not None
-    assert patch["metadata"]["labels"] == {KEY: "Fail"}
+    assert patch["metadata"]["labels"] == {KEY: "Fail", TRUSTED: "Fail"}
 
 
 def test_monotonic_sequence_keeps_the_newest() -> None:

@@ -94,7 +94,8 @@ def test_describe_shows_status_verdicts_participants_and_events() -> None:
             "lastTimestamp": "2026-11-30T00:55:00Z",
         },
     ]
-    text = describe.describe_run(r, nodes, events, NOW)
+    record = {"n0": {"verdict": "Fail", "nodeUID": "nu0"}, "n1": {"verdict": "Pass", "nodeUID": "nu1"}}
+    text = describe.describe_run(r, nodes, events, NOW, record)
     assert "Phase:            Failed" in text
     assert "Message:          check 'c1' proved a failure" in text
     assert "Workflow:         r1 (uid wf)" in text
@@ -103,7 +104,7 @@ def test_describe_shows_status_verdicts_participants_and_events() -> None:
     assert [line.split()[1::3] for line in checks] == [["c0", "Pass"], ["c1", "Fail"], ["c2", "<pending>"]]
     participants = text.split("Participants:")[1].split("Events:")[0]
     assert "0       n0     nu0        Fail" in participants
-    assert "<none> (Node replaced: uid now other)" in participants
+    assert "<none> (Node replaced: uid now other)" in participants  # the record's entry is for nu1
     events_part = text.split("Events:")[1].splitlines()
     assert events_part[2].split()[:3] == ["Normal", "Admitted", "5m"]
     assert events_part[3].split()[:3] == ["Warning", "RunFailed", "1m"]
@@ -113,6 +114,15 @@ def test_describe_says_when_nodes_or_events_cannot_be_read() -> None:
     rows = describe.participant_rows(run(), {"n0": describe.UNREADABLE, "n1": None})
     assert [r[3] for r in rows] == ["<unreadable>", "<Node not found>"]
     assert "<could not read Events>" in describe.describe_run(run(), {}, None, NOW)
+
+
+def test_describe_shows_signals_record_never_a_nodes_own_label() -> None:
+    """A kubelet can label its own Node Pass (issue 12, item 6): describe shows the record."""
+    label = keys.certified_label("gpu")
+    forged = {"n0": node("n0", "nu0", **{label: "Pass"}), "n1": node("n1", "nu1", **{label: "Fail"})}
+    rows = describe.participant_rows(run(), forged, {"n1": {"verdict": "Fail", "nodeUID": "nu1"}})
+    assert [r[3] for r in rows] == ["<none> (Node label says Pass: not Signal's record)", "Fail"]
+    assert describe.participant_rows(run(), forged, None)[0][3] == describe.UNREADABLE_RECORD
 
 
 def reserved(name: str) -> Obj:

@@ -1,0 +1,111 @@
+"""The authoritative projection (issue 12, item 6; shared/certified.py) and the Nodes' copies
+of it.
+
+* ``record_run``: when a Run ends, its per-Node results (participants only) go into the
+  profile's ``status.certifiedNodes`` first, with a compare-and-swap on the profile's
+  resourceVersion and monotonic (an older Run never replaces a newer one); the Node labels,
+  annotation and condition (controller/accept.py) are written after it, as copies.
+* ``reassert_projections``: on every resync, each Node's copy of every profile this controller
+  serves is compared with the record and, where it differs (a kubelet wrote a forged ``Pass``
+  or a far-future annotation, removed a ``Fail``, or set a condition), rewritten from it,
+  conditioned on the Node's resourceVersion, with a Warning Event ``ProjectionTampered`` on the
+  Node and ``signal_projection_tampered_total{profile}``. A Node with no entry (or replaced:
+  another uid) carries no result at all.
+
+A record the controller cannot decode is treated as empty (fail closed: no Node keeps a
+result from it) and logged.
+"""
+
+import contextlib
+from collections.abc import Mapping
+
+from controller import events, metrics
+from controller.projection import reassert_patches, record_entry
+from controller.state import Context, log
+from kubeio.client import Obj, resource_path
+from kubeio.errors import Conflict, NotFound
+from shared import certified, keys
+
+RECORD_ATTEMPTS = 8
+
+
+def profile_path(name: str, subresource: str | None = None) -> str:
+    return resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=name, subresource=subresource)
+
+
+def record_of(profile: Obj) -> dict[str, certified.Entry]:
+    """The profile's record; empty (and logged) when it cannot be decoded."""
+    text = (profile.get("status") or {}).get("certifiedNodes")
+    try:
+        return certified.decode(text)
+    except certified.RecordError as exc:
+        log.warning(
+            "unreadable certified-nodes record; treated as empty", profile=profile["metadata"]["name"], error=str(exc)
+        )
+        return {}
+
+
+def run_entries(run: Obj, node_verdicts: Mapping[str, str], digest: str, completed: str) -> dict[str, certified.Entry]:
+    """The record entries of a finished Run: one per participant that has a verdict."""
+    uids = {p["nodeName"]: p["nodeUID"] for p in run["spec"]["participants"]}
+    return {
+        name: record_entry(run, verdict, digest, completed, uids[name])
+        for name, verdict in node_verdicts.items()
+        if name in uids
+    }
+
+
+async def record_run(ctx: Context, run: Obj, node_verdicts: Mapping[str, str], digest: str, completed: str) -> None:
+    """Merge a finished Run's results into its profile's record (safe to repeat)."""
+    name = run["spec"]["profile"]["name"]
+    entries = run_entries(run, node_verdicts, digest, completed)
+    for _ in range(RECORD_ATTEMPTS):
+        profile = await ctx.kube.get_or_none(profile_path(name))
+        if profile is None:
+            log.warning("profile gone; the Run's results are kept only in its evidence", run=run["metadata"]["name"])
+            return
+        merged = certified.with_run(record_of(profile), entries)
+        if merged is None:
+            return
+        meta = profile["metadata"]
+        patch = {
+            "metadata": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
+            "status": {"certifiedNodes": certified.encode(merged)},
+        }
+        try:
+            await ctx.kube.merge_patch(profile_path(name, "status"), patch)
+            return
+        except Conflict:
+            continue
+    raise Conflict(
+        409, "Conflict", f"CertificationProfile {name} kept changing while recording Run {run['metadata']['name']}"
+    )
+
+
+async def reassert_projections(ctx: Context) -> int:
+    """Make every Node's copy of each served profile equal its record; the number corrected."""
+    corrected = 0
+    profiles = sorted(ctx.profiles.items.values(), key=lambda p: p["metadata"]["name"])
+    records = {p["metadata"]["name"]: record_of(p) for p in profiles}
+    for node in sorted(ctx.nodes.items.values(), key=lambda n: n.name):
+        for profile, record in records.items():
+            entry = certified.current(record, node.name, node.uid)
+            meta, status, differs = reassert_patches(profile, entry, dict(node.projection), node.resource_version)
+            if not differs:
+                continue
+            path = resource_path("v1", "nodes", name=node.name)
+            with contextlib.suppress(Conflict, NotFound):  # changed meanwhile: the next resync looks again
+                if meta is not None:
+                    await ctx.kube.merge_patch(path, meta)
+                if status is not None:
+                    await ctx.kube.strategic_patch(f"{path}/status", status)
+                corrected += 1
+                metrics.PROJECTION_TAMPERED.labels(profile).inc()
+                shown = f"{entry['verdict']} (Run {entry['namespace']}/{entry['run']})" if entry else "no result"
+                message = (
+                    f"{profile}: the Node carried {', '.join(differs)} unlike the controller's record "
+                    f"(CertificationProfile {profile} status.certifiedNodes: {shown}); rewritten from the record"
+                )
+                log.warning("projection tampered; re-asserted", node=node.name, profile=profile, keys=differs)
+                await events.emit(ctx, events.node_ref(node.name), "ProjectionTampered", message[:1000], warning=True)
+    return corrected

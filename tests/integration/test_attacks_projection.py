@@ -1,0 +1,181 @@
+"""Issue 12, item 6: a Node cannot certify itself.
+
+The local API server runs the Node authorizer and the NodeRestriction admission plugin, as a
+real cluster does, and ``localcluster.controlplane.KUBELET_USER`` is a kubelet-style identity
+(``system:node:<name>`` in ``system:nodes``) for the Node ``KUBELET_NODE``. With it, the test
+does what a compromised Node can: label and annotate its own Node ``Pass`` with a far-future
+completion time and set the Node condition. The controller keeps the authoritative result in
+the profile's ``status.certifiedNodes`` (which the kubelet cannot write) and re-asserts every
+Node's copy from it on each resync, with a ``ProjectionTampered`` Event and metric; the portal
+reads Runs and their evidence only. The ``node-restriction.kubernetes.io/`` label the
+controller also writes is one the kubelet cannot set at all.
+"""
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from localcluster import identities
+from localcluster.cluster import LocalCluster
+from localcluster.controlplane import KUBELET_NODE, KUBELET_USER, free_port
+from localcluster.fleet import SimNode
+from localcluster.install import start_portal
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from shared import certified, keys
+from tests.controller_support import ControllerProcess, World, eventually, install_rbac, profile_body, stop_process
+
+RESYNC = 2.0
+WITHIN = 4 * RESYNC + 10
+"""One resync, with room for a loaded machine (the controller's pass over every key)."""
+FAR_FUTURE = "2999-01-01T00:00:00Z"
+
+
+def node_path() -> str:
+    return resource_path("v1", "nodes", name=KUBELET_NODE)
+
+
+def forged_detail(profile: str) -> str:
+    return json.dumps(
+        {
+            "verdict": "Pass",
+            "run": "never-ran",
+            "namespace": "signal-system",
+            "runUID": "00000000-0000-0000-0000-000000000000",
+            "runCreated": FAR_FUTURE,
+            "completionTime": FAR_FUTURE,
+            "evidenceDigest": "sha256:" + "0" * 64,
+            "sourceDigest": "sha256:" + "0" * 64,
+            "profileGeneration": "1",
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+async def forge_pass(kubelet: KubeClient, profile: str) -> None:
+    """What a compromised kubelet writes on its own Node (each write must be admitted)."""
+    key = keys.certified_label(profile)
+    patch = {"metadata": {"labels": {key: "Pass"}, "annotations": {key: forged_detail(profile)}}}
+    await kubelet.merge_patch(node_path(), patch)
+    condition = {"type": key, "status": "True", "reason": "Pass", "message": "certified, trust me"}
+    condition |= {"lastTransitionTime": FAR_FUTURE, "lastHeartbeatTime": FAR_FUTURE}
+    await kubelet.request(
+        "PATCH",
+        f"{node_path()}/status",
+        body={"status": {"conditions": [condition]}},
+        content_type="application/strategic-merge-patch+json",
+    )
+
+
+def copy_of(node: Obj, profile: str) -> tuple[str | None, str | None, str | None, str | None]:
+    """(label, trusted label, annotation verdict, condition status) of ``profile`` on ``node``."""
+    key = keys.certified_label(profile)
+    labels = node["metadata"].get("labels") or {}
+    annotation = (node["metadata"].get("annotations") or {}).get(key)
+    verdict = json.loads(annotation).get("verdict") if annotation else None
+    condition = next((c for c in node.get("status", {}).get("conditions") or [] if c["type"] == key), None)
+    return labels.get(key), labels.get(certified.trusted_label(profile)), verdict, condition and condition["status"]
+
+
+@pytest.fixture
+async def world(cluster: LocalCluster, admin: KubeClient, namespace: str) -> AsyncIterator[World]:
+    w = World(cluster, admin, namespace)
+    await w.setup()
+    with contextlib.suppress(ApiError):
+        await admin.delete(node_path())  # left by an earlier, interrupted session
+    await cluster.add_nodes([SimNode(KUBELET_NODE, labels={"pool": "gpu"})])
+    yield w
+    await w.cleanup()
+    with contextlib.suppress(ApiError):
+        await admin.delete(node_path())
+
+
+async def test_a_node_cannot_certify_itself(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, world: World, tmp_path: Path
+) -> None:
+    profile = f"self-{namespace[2:8]}"
+    await world.add_profile(profile_body(profile, namespace, 1))
+    controller = ControllerProcess(cluster, namespace, tmp_path, resync=RESYNC, metrics_port=free_port())
+    await install_rbac(admin, namespace, "portal-rbac.yaml")
+    portal_port = free_port()
+    portal = await start_portal(cluster.plane, namespace, tmp_path, port=portal_port)
+    await controller.start()
+    try:
+        async with identities.user(cluster.plane, KUBELET_USER).client() as kubelet:
+            # The kubelet may not set the label schedulers trust, nor write the record.
+            with pytest.raises(ApiError) as restricted:
+                await kubelet.merge_patch(
+                    node_path(), {"metadata": {"labels": {certified.trusted_label(profile): "Pass"}}}
+                )
+            assert restricted.value.status == 403, restricted.value
+            status_path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile, subresource="status")
+            with pytest.raises(ApiError) as unrecorded:
+                await kubelet.merge_patch(status_path, {"status": {"certifiedNodes": "forged"}})
+            assert unrecorded.value.status == 403, unrecorded.value
+
+            # 1. No result on record: a forged Pass is gone within one resync.
+            await forge_pass(kubelet, profile)
+            assert copy_of(await admin.get(node_path()), profile)[0] == "Pass"  # the write went through
+
+            async def cleared() -> bool:
+                return copy_of(await admin.get(node_path()), profile) == (None, None, None, None)
+
+            await eventually(cleared, timeout=WITHIN, what="the forged Pass to be removed")
+
+            # 2. A Fail on record (as the controller would have written it): flipped to Pass by
+            #    the kubelet, it is Fail again within one resync, trusted label included.
+            uid = (await admin.get(node_path()))["metadata"]["uid"]
+            entry = json.loads(forged_detail(profile)) | {"verdict": "Fail", "nodeUID": uid}
+            entry |= {"runCreated": "2026-11-30T00:00:00Z", "completionTime": "2026-11-30T01:00:00Z"}
+            await admin.merge_patch(
+                status_path, {"status": {"certifiedNodes": certified.encode({KUBELET_NODE: entry})}}
+            )
+
+            async def recorded_fail() -> bool:
+                return copy_of(await admin.get(node_path()), profile) == ("Fail", "Fail", "Fail", "False")
+
+            await eventually(recorded_fail, timeout=WITHIN, what="the record's Fail to be projected")
+            await forge_pass(kubelet, profile)
+            assert copy_of(await admin.get(node_path()), profile)[0] == "Pass"
+            await eventually(recorded_fail, timeout=WITHIN, what="the forged Pass to be replaced by the record's Fail")
+            annotation = (await admin.get(node_path()))["metadata"]["annotations"][keys.certified_label(profile)]
+            assert json.loads(annotation)["completionTime"] == "2026-11-30T01:00:00Z"  # not the far future
+
+        # An Event and a metric say what happened.
+        async def tampered_events() -> list[Obj]:
+            events = (await admin.get(resource_path("v1", "events", "default")))["items"]
+            return [
+                e
+                for e in events
+                if e.get("reason") == "ProjectionTampered" and e["involvedObject"].get("name") == KUBELET_NODE
+            ]
+
+        found = await eventually(tampered_events, timeout=WITHIN, what="a ProjectionTampered Event")
+        assert found[0]["type"] == "Warning"
+        assert profile in found[0]["message"]
+        async with httpx.AsyncClient() as http:
+            scraped = (await http.get(f"http://127.0.0.1:{controller.metrics_port}/metrics")).text
+            line = next(
+                ln
+                for ln in scraped.splitlines()
+                if ln.startswith(f'signal_projection_tampered_total{{profile="{profile}"}}')
+            )
+            assert float(line.split()[-1]) >= 2
+
+            # The portal never shows the Node Passed: it reads Runs and their evidence only.
+            async def portal_sees_the_node() -> Obj | None:
+                answer = await http.get(f"http://127.0.0.1:{portal_port}/api/v1/nodes/{KUBELET_NODE}")
+                return answer.json() if answer.status_code == 200 else None
+
+            summary = await eventually(portal_sees_the_node, timeout=60, what="the portal's answer for the Node")
+            assert "Passed" not in json.dumps(summary), summary
+    except BaseException:
+        print(controller.logs())
+        raise
+    finally:
+        controller.stop()
+        stop_process(portal)
