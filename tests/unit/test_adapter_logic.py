@@ -838,8 +838,11 @@ def worker(i: int, node: str | None = None, name: str | None = None) -> Obj:
 def launcher_report(codes: list[int], hosts: list[str] | None = None) -> tuple[Verdict, str, LauncherReport]:
     size = len(codes)
     hosts = hosts or [f"{JOB}-worker-{i}.{JOB}.{NAMESPACE}.svc" for i in range(size)]
-    lines = [mpi.rank_line(i, size, f"{JOB}-worker-{i}", code) for i, code in enumerate(codes)]
-    return mpi.evaluate_launcher(hosts, lines, 0 if not any(codes) else 1, False)
+    key = "k" * 64  # the launcher's per-check key; each line is on its own rank's tagged stream
+    lines = [
+        f"[1,{i}]<stdout>:" + mpi.rank_line(i, size, f"{JOB}-worker-{i}", code, key=key) for i, code in enumerate(codes)
+    ]
+    return mpi.evaluate_launcher(hosts, mpi.reports_in(lines, key), 0 if not any(codes) else 1, False)
 
 
 def launcher_pod(
@@ -894,10 +897,18 @@ def test_collect_mpi_pass() -> None:
 def test_collect_mpi_matches_workers_by_node_not_name_order() -> None:
     # Worker 0 landed on participant 1's Node and vice versa: each participant gets its own Node's rank.
     workers = [worker(0, node="gpu-001"), worker(1, node="gpu-000")]
-    results, _, _ = collect_mpi(PARTICIPANTS, workers, [launcher_pod([3, 0])])
+    results, _, _ = collect_mpi(PARTICIPANTS, workers, [launcher_pod([5, 0])])
     assert verdicts(results) == [(0, INCONCLUSIVE, "Launcher"), (1, FAIL, "Failed")]
     assert results[1].workload == f"{JOB}-worker-0"
-    assert results[1].reason == "Failed: rank 0 exited 3"
+    assert results[1].reason == "Failed: rank 0 exited 5"
+
+
+def test_collect_mpi_a_rank_with_insufficient_evidence_is_not_a_failure() -> None:
+    # Exit 3: the script's "my evidence is insufficient"; nobody is failed, nobody passes.
+    results, launcher, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [launcher_pod([0, 3])])
+    assert verdicts(results) == [(0, INCONCLUSIVE, "Launcher"), (1, INCONCLUSIVE, "Launcher")]
+    assert launcher is not None
+    assert launcher.verdict == INCONCLUSIVE
 
 
 def test_collect_mpi_a_failing_rank_fails_its_participant_only() -> None:
@@ -918,9 +929,9 @@ def test_collect_mpi_missing_rank() -> None:
 
 def test_collect_mpi_launcher_inconclusive_makes_passing_ranks_inconclusive() -> None:
     hosts = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
-    report = mpi.evaluate_launcher(
-        hosts, [mpi.rank_line(0, 2, hosts[0], 0), mpi.rank_line(1, 2, hosts[1], 0)], 1, False
-    )
+    key = "k" * 64
+    lines = [f"[1,{i}]<stdout>:" + mpi.rank_line(i, 2, hosts[i], 0, key=key) for i in range(2)]
+    report = mpi.evaluate_launcher(hosts, mpi.reports_in(lines, key), 1, False)
     assert report[0] == INCONCLUSIVE
     results, _, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [launcher_pod(report=report)])
     assert verdicts(results) == [(0, INCONCLUSIVE, "Launcher"), (1, INCONCLUSIVE, "Launcher")]
