@@ -348,13 +348,16 @@ async def test_the_workflow_template_step_container_passes_restricted(
     admin: KubeClient, installed: list[Obj], namespace: str
 ) -> None:
     template = by_kind(installed, "WorkflowTemplate")["signal-adapter"]
-    (step,) = [t for t in template["spec"]["templates"] if "container" in t]
-    spec = {
-        "serviceAccountName": template["spec"]["serviceAccountName"],
-        "containers": [{"name": "main", **step["container"]}],
-        "volumes": step.get("volumes", []),
-    }
-    await dry_run_pod(admin, namespace, "adapter-step-dry", spec, template["metadata"].get("labels"))
+    steps = [t for t in template["spec"]["templates"] if "container" in t]
+    assert sorted(t["name"] for t in steps) == ["check", "sweep"]  # a check, and the exit handler's sweep
+    for step in steps:
+        spec = {
+            "serviceAccountName": template["spec"]["serviceAccountName"],
+            "containers": [{"name": "main", **step["container"]}],
+            "volumes": step.get("volumes", []),
+        }
+        labels = template["metadata"].get("labels")
+        await dry_run_pod(admin, namespace, f"adapter-{step['name']}-dry", spec, labels)
 
 
 async def test_the_adapters_backend_pods_pass_restricted_under_the_default_workload_policy(
