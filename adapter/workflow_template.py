@@ -34,13 +34,16 @@ recursive steps template with input ``index`` (default ``"0"``).
   adapter must write exactly ``true`` (Argo trims one trailing newline) for the suite to go on.
 * The recursion nests at most 32 ``suite`` levels, below the controller's default stack depth (100), and
   ``spec.parallelism: 1`` keeps a single pod at a time as a second guard.
-* Stopping: Argo's Terminate (the controller's cancel and suite deadline) sends the step's
-  adapter SIGTERM; the adapter then removes the interrupted check's workloads, evidence
-  first. The step Pod's ``terminationGracePeriodSeconds`` (``podSpecPatch``) leaves time for
-  that before SIGKILL. When the Workflow ends any other way (a step failed, its adapter was
-  killed), the exit handler ``exit`` runs the adapter with ``--sweep-checks-json``: every
-  check's leftover workloads are removed the same way (a Succeeded Workflow skips it; its
-  checks all proved their workloads gone). Terminate skips exit handlers.
+* Stopping: the controller stops a Workflow (cancel, suite deadline) with Argo's ``Stop``.
+  Argo's v4 executor kills the running step's adapter at once (it SIGKILLs its child right
+  after forwarding SIGTERM), so the adapter's own SIGTERM handling (evidence first, then
+  quiescence) can only help where a SIGTERM comes with time to act. Whatever stopped the
+  Workflow short of success (Stop, the deadline, a failed step, a killed adapter), the exit
+  handler ``exit`` then runs the adapter with ``--sweep-checks-json``: every check's leftover
+  workloads are removed, evidence first (a Succeeded Workflow skips it: its checks all proved
+  their workloads gone). ``Terminate`` would skip exit handlers; the controller never uses
+  it. The step Pods' ``terminationGracePeriodSeconds`` (``podSpecPatch``) is the time a
+  SIGTERM'd adapter would have.
 * Images: the adapter image is the ``check`` and ``sweep`` containers' ``image``; the runner
   image reaches the adapter as ``SIGNAL_RUNNER_IMAGE`` (the default of ``--runner-image``).
   Both are image fields for kustomize (``deploy/base/kustomizeconfig.yaml``), so one
