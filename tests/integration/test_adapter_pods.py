@@ -24,7 +24,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 FAIL_ON_ONE = """#!/bin/sh
 echo "participant $SIGNAL_PARTICIPANT_INDEX on $SIGNAL_NODE_NAME"
 printf '{"gpus": 8, "node": "%s"}' "$SIGNAL_NODE_NAME" > "$SIGNAL_MEASUREMENTS_FILE"
-if [ "$SIGNAL_PARTICIPANT_INDEX" = "1" ]; then echo "ECC errors found" >&2; exit 3; fi
+if [ "$SIGNAL_PARTICIPANT_INDEX" = "1" ]; then echo "ECC errors found" >&2; exit 4; fi
 """
 
 
@@ -71,7 +71,7 @@ async def test_three_participants_one_fails(world: AdapterWorld, admin: KubeClie
     verdicts = {p["index"]: p["verdict"] for p in results["participants"]}
     assert verdicts == {0: "Pass", 1: "Fail", 2: "Pass"}
     failed = results["participants"][1]
-    assert failed["exitCode"] == 3
+    assert failed["exitCode"] == 4
     assert "ECC errors" in failed["stderr"]["tail"]
     assert results["participants"][0]["measurements"] == {"gpus": 8, "node": world.nodes[0]}
     # The results document is the one persisted separately before teardown.
