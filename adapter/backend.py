@@ -4,8 +4,9 @@ for them to finish, and quiesce them. Thin and typed; every decision is in
 
 Deletions are exact: only Pods carrying this check's labels, owned by this Run (Pod
 backend) or by this check's MPIJob (workers), running the runner container, are deleted,
-each with a uid precondition and zero grace. Creation is idempotent: a Pod or MPIJob that
-already exists is adopted only if it carries this check's labels and this Run's owner.
+each with a uid precondition, and are gone only once their kubelet has stopped them
+(``delete_pod``). Creation is idempotent: a Pod or MPIJob that already exists is adopted only
+if it carries this check's labels and this Run's owner.
 """
 
 import asyncio
@@ -26,6 +27,9 @@ from shared import keys
 Obj = dict[str, Any]
 log = structlog.get_logger("signal-adapter")
 POLL_SECONDS: Final = 0.25
+KILL_GRACE_SECONDS: Final = 1
+"""Grace of a backend Pod's deletion: the kubelet sends SIGTERM, then SIGKILL after at least
+this long (kubelets wait at least 2 s), and only then is the Pod gone."""
 
 
 def owned_by(obj: Obj, uid: str) -> bool:
@@ -104,12 +108,30 @@ async def wait_pods(
 
 
 async def delete_pod(kube: Kube, pod: Obj) -> bool:
-    """Delete one Pod with a uid precondition and zero grace; False if it was already gone."""
+    """Delete one Pod with a uid precondition; False if it was already gone.
+
+    Gracefully (``KILL_GRACE_SECONDS``), so that the Pod is gone only once it is stopped: the
+    API server then keeps the object until its kubelet has stopped every container and removes
+    it itself. A zero-grace deletion removes the object at once while the kubelet is still
+    stopping the containers (seen on real nodes: a check's containers still ran after the
+    adapter had proven its Pods gone). A finished Pod (Succeeded or Failed) is removed at once
+    either way: its containers have stopped. A Pod that no kubelet ever started (no
+    ``status.startTime``) runs nothing and is removed at once, but only if it is unchanged since
+    it was read (resourceVersion precondition): one that a kubelet took meanwhile is deleted
+    gracefully like the others."""
     meta = pod["metadata"]
+    path = resource_path("v1", "pods", meta["namespace"], meta["name"])
+    if not (pod.get("status") or {}).get("startTime"):
+        try:
+            await kube.delete(path, uid=meta["uid"], resource_version=meta["resourceVersion"], grace_seconds=0)
+        except NotFound:
+            return False
+        except Conflict:
+            pass  # changed since read (a kubelet took it) or replaced: the uid decides below
+        else:
+            return True
     try:
-        await kube.delete(
-            resource_path("v1", "pods", meta["namespace"], meta["name"]), uid=meta["uid"], grace_seconds=0
-        )
+        await kube.delete(path, uid=meta["uid"], grace_seconds=KILL_GRACE_SECONDS)
     except (NotFound, Conflict):
         return False
     return True

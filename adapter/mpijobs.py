@@ -133,8 +133,9 @@ async def run(
 async def quiesce(
     kube: Kube, inputs: Inputs, job_workloads: list[Workload], image: str, tree: TreeCheck
 ) -> list[Workload]:
-    """Delete the workers of every MPIJob of the check (uid preconditions, zero grace),
-    then foreground-delete the MPIJobs, and add their trees to ``tree``; the deleted."""
+    """Delete the workers of every MPIJob of the check (uid preconditions; gone only once
+    stopped: ``backend.delete_pod``), then foreground-delete the MPIJobs, and add their trees
+    to ``tree``; the deleted."""
     deleted: list[Workload] = []
     selector = workloads.check_selector(inputs)
     jobs = [w for w in job_workloads if w.kind == "MPIJob"]

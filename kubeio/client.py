@@ -233,11 +233,20 @@ class Kube:
         )
 
     async def delete(
-        self, path: str, *, uid: str | None = None, propagation: str | None = None, grace_seconds: int | None = None
+        self,
+        path: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        propagation: str | None = None,
+        grace_seconds: int | None = None,
     ) -> Obj:
+        """DELETE with preconditions (``uid``; ``resource_version``: only if unchanged since
+        read, else ``Conflict``), propagation policy and grace period."""
         body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        if preconditions:
+            body["preconditions"] = preconditions
         if propagation:
             body["propagationPolicy"] = propagation
         if grace_seconds is not None:

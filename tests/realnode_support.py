@@ -1,0 +1,254 @@
+"""Checks on real nodes (localcluster.realnode): one local cluster with two real nodes, the
+runner image built from this repository (localcluster.images) and imported into every node's
+containerd, the real Kubeflow MPI operator v0.8.0 with its RBAC, and a namespace under Pod
+Security ``restricted`` with the adapter's RBAC and Signal's admission policies from deploy/.
+The adapter runs as a local process with its ServiceAccount's kubeconfig (tests.adapter_support),
+against Runs over the real Nodes. What runs on a node is read from that node's containerd."""
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from localcluster import images
+from localcluster.cluster import LocalCluster
+from localcluster.controlplane import ControlPlane
+from localcluster.crds import install_crds
+from localcluster.install import install_policies
+from localcluster.kube import KubeClient, Obj, resource_path
+from localcluster.kubeflowmpi import KubeflowMPIOperator, source_dir
+from localcluster.realnode import containerd
+from localcluster.realnode.node import RealNode
+from shared import keys
+from shared.digests import bundle_digest
+from tests.adapter_support import AdapterWorld
+from tests.controller_support import eventually, install_rbac
+
+MPI_CRD = Path("manifests") / "base" / "kubeflow.org_mpijobs.yaml"
+POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
+POD_NAME_LABEL = "io.kubernetes.pod.name"
+CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+@dataclass
+class RealCluster:
+    """The module's cluster: two real nodes, the real MPI operator, the runner image."""
+
+    cluster: LocalCluster
+    operator: KubeflowMPIOperator
+    runner: images.Image
+    namespace: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def admin(self) -> KubeClient:
+        return self.cluster.admin
+
+    @property
+    def nodes(self) -> list[RealNode]:
+        assert self.cluster.realnodes is not None
+        return self.cluster.realnodes.nodes
+
+    def logs(self) -> str:
+        assert self.cluster.realnodes is not None
+        operator = self.operator.component.tail() if self.operator.component else ""
+        return f"{self.cluster.realnodes.logs(15)}\n--- mpi-operator ---\n{operator}"
+
+
+async def start_real_cluster(keep: bool = False) -> RealCluster:
+    """Build (or find) the runner image, start the cluster with two real nodes, import the
+    image, start the real MPI operator and prepare a restricted namespace for the adapter."""
+    timings: dict[str, float] = {}
+    began = time.monotonic()
+    runner = (await asyncio.to_thread(images.Builder().build, ["runner"]))["runner"]
+    timings["runner_image"] = time.monotonic() - began
+    local = LocalCluster(plane=ControlPlane(keep_workdir=keep), real_nodes=2, install_upstream=False, with_argo=False)
+    await local.start()
+    operator = KubeflowMPIOperator(local.plane, local.admin)
+    try:
+        timings["cluster"] = local.timings["total"]
+        assert local.realnodes is not None
+        await install_crds(local.admin, [source_dir() / MPI_CRD])
+        timings["import_runner"] = await local.realnodes.import_archive(images.images_dir() / runner.archive)
+        started = time.monotonic()
+        await operator.start()
+        timings["mpi_operator"] = time.monotonic() - started
+        namespace = f"real-{uuid.uuid4().hex[:8]}"
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": RESTRICTED}}
+        await local.admin.create(resource_path("v1", "namespaces"), body)
+        await install_rbac(local.admin, namespace, "adapter-rbac.yaml")
+        await install_policies(local.admin, namespace)
+    except BaseException:
+        await operator.stop()
+        await local.stop()
+        raise
+    timings["total"] = time.monotonic() - began
+    return RealCluster(local, operator, runner, namespace, timings)
+
+
+async def stop_real_cluster(real: RealCluster) -> None:
+    try:
+        await real.operator.stop()
+    finally:
+        await real.cluster.stop()
+
+
+@dataclass
+class RealWorld(AdapterWorld):
+    """An AdapterWorld whose Run's participants are the real Nodes (never created or
+    removed here)."""
+
+    async def setup_real(self, nodes: Sequence[str], scripts: dict[str, str], checks: Sequence[Obj]) -> Obj:
+        self.nodes = list(nodes)
+        uids = {n: (await self.admin.get(resource_path("v1", "nodes", name=n)))["metadata"]["uid"] for n in nodes}
+        name = f"run-{uuid.uuid4().hex[:6]}"
+        body = {
+            "apiVersion": keys.API_VERSION,
+            "kind": keys.RUN_KIND,
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {
+                "profile": {"name": "real-nodes", "uid": str(uuid.uuid4()), "generation": 1},
+                "checks": list(checks),
+                "source": {"digest": bundle_digest(scripts, {}), "snapshotConfigMap": f"{name}-scripts"},
+                "participants": [{"index": i, "nodeName": n, "nodeUID": uids[n]} for i, n in enumerate(self.nodes)],
+                "suiteDeadlineSeconds": 3600,
+            },
+        }
+        runs = resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace)
+        await self.admin.create(runs, body)
+        run = await self.admin.merge_patch(f"{runs}/{name}/status", {"status": {"phase": "Running"}})
+        owner = {"apiVersion": keys.API_VERSION, "kind": keys.RUN_KIND, "name": name, "uid": run["metadata"]["uid"]}
+        snapshot = {"metadata": {"name": f"{name}-scripts", "ownerReferences": [owner]}, "data": scripts}
+        snapshot["immutable"] = True
+        await self.admin.create(resource_path("v1", "configmaps", self.namespace), snapshot)
+        self.run = run
+        return run
+
+    async def cleanup(self) -> None:
+        """Remove what the Run left (a failed test's workloads), never the Nodes."""
+        selector = f"{keys.RUN_UID_LABEL}={self.run['metadata']['uid']}" if self.run else ""
+        if not selector:
+            return
+        with contextlib.suppress(Exception):
+            jobs = await self.admin.get(
+                resource_path("kubeflow.org/v2beta1", "mpijobs", self.namespace), labelSelector=selector
+            )
+            for job in jobs["items"]:
+                path = resource_path("kubeflow.org/v2beta1", "mpijobs", self.namespace, job["metadata"]["name"])
+                await self.admin.delete(path, {"propagationPolicy": "Background"})
+            for pod in await self.pods(selector):
+                path = resource_path("v1", "pods", self.namespace, pod["metadata"]["name"])
+                await self.admin.delete(path, {"gracePeriodSeconds": 0})
+
+
+@dataclass(frozen=True, order=True)
+class Container:
+    """A container the node's containerd runs (a task in state RUNNING)."""
+
+    node: str
+    pod: str
+    container: str  # "" for the Pod's sandbox (pause) container
+
+
+def _running_on(node: RealNode, namespace: str) -> list[Container]:
+    enter, paths = node.enter(), node.runtime
+    tasks = containerd.running_tasks(enter, paths)
+    ids = containerd.ctr(enter, paths, "containers", "ls", "-q", f'labels."{POD_NAMESPACE_LABEL}"=={namespace}')
+    found = []
+    for container_id in ids.split():
+        if tasks.get(container_id) != "RUNNING":
+            continue
+        info = json.loads(containerd.ctr(enter, paths, "containers", "info", container_id))
+        labels = info.get("Labels") or {}
+        found.append(Container(node.name, labels.get(POD_NAME_LABEL, "?"), labels.get(CONTAINER_NAME_LABEL, "")))
+    return found
+
+
+async def running_containers(real: RealCluster, namespace: str, pod_prefix: str = "") -> list[Container]:
+    """Every running container (sandboxes included) of Pods of ``namespace`` on every real
+    node, read from each node's containerd; only Pods named ``pod_prefix...`` when given."""
+    per_node = await asyncio.gather(*(asyncio.to_thread(_running_on, n, namespace) for n in real.nodes))
+    return sorted(c for found in per_node for c in found if c.pod.startswith(pod_prefix))
+
+
+def keep_cluster_dir() -> bool:
+    return os.environ.get("SIGNAL_KEEP_CLUSTER_DIR") == "1"
+
+
+async def leftovers(world: RealWorld) -> list[str]:
+    """Every Run-labelled Pod and MPIJob that still exists."""
+    selector = f"{keys.RUN_UID_LABEL}={world.run['metadata']['uid']}"
+    jobs = await world.admin.get(
+        resource_path("kubeflow.org/v2beta1", "mpijobs", world.namespace), labelSelector=selector
+    )
+    names = [f"Pod/{p['metadata']['name']}" for p in await world.pods()]
+    return names + [f"MPIJob/{j['metadata']['name']}" for j in jobs["items"]]
+
+
+async def assert_stopped(real: RealCluster, world: RealWorld, prefixes: list[str]) -> None:
+    """Nothing of the check runs on any node (each node's containerd), right now."""
+    for prefix in prefixes:
+        still = await running_containers(real, world.namespace, prefix)
+        assert still == [], f"reported gone but still running on the nodes: {still}"
+
+
+async def containers_of(real: RealCluster, world: RealWorld, prefix: str, count: int) -> list[Container]:
+    """Wait until ``count`` runner containers of Pods ``prefix...`` run (positive control)."""
+
+    async def enough() -> list[Container] | None:
+        found = [c for c in await running_containers(real, world.namespace, prefix) if c.container == "runner"]
+        return found if len(found) >= count else None
+
+    found: list[Container] = await eventually(
+        enough, timeout=120, what=f"{count} running runner containers of {prefix}"
+    )
+    return found
+
+
+class PodClock:
+    """Watches the Run's Pods: when each was first seen and when its container first started
+    (running or already terminated), on this process's monotonic clock."""
+
+    def __init__(self, world: RealWorld) -> None:
+        self.world = world
+        self.seen: dict[str, float] = {}
+        self.started: dict[str, float] = {}
+        self.deleted_versions: list[int] = []
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> "PodClock":
+        listing = await self.world.admin.get(resource_path("v1", "pods", self.world.namespace))
+        self.task = asyncio.create_task(self._watch(listing["metadata"]["resourceVersion"]))
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.task is not None
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+
+    async def _watch(self, version: str) -> None:
+        selector = f"{keys.RUN_UID_LABEL}={self.world.run['metadata']['uid']}"
+        path = resource_path("v1", "pods", self.world.namespace)
+        async for event in self.world.admin.watch(path, resourceVersion=version, labelSelector=selector):
+            pod = event["object"]
+            if event["type"] == "BOOKMARK":
+                continue
+            name, now = pod["metadata"]["name"], time.monotonic()
+            self.seen.setdefault(name, now)
+            states = [s.get("state", {}) for s in pod.get("status", {}).get("containerStatuses") or []]
+            if any("running" in s or "terminated" in s for s in states):
+                self.started.setdefault(name, now)
+            if event["type"] == "DELETED" or pod["metadata"].get("deletionTimestamp"):
+                self.deleted_versions.append(int(pod["metadata"]["resourceVersion"]))
+
+    def start_seconds(self) -> list[float]:
+        return [self.started[n] - self.seen[n] for n in self.started if n in self.seen]
