@@ -13,15 +13,15 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from localcluster import images
+from localcluster.binaries import argo_build_dir
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import ControlPlane
-from localcluster.crds import install_crds
+from localcluster.crds import install_crds, upstream_crd_files
 from localcluster.install import install_policies
 from localcluster.kube import KubeClient, Obj, resource_path
-from localcluster.kubeflowmpi import KubeflowMPIOperator, source_dir
+from localcluster.kubeflowmpi import KubeflowMPIOperator
 from localcluster.realnode import containerd
 from localcluster.realnode.node import RealNode
 from shared import keys
@@ -29,7 +29,6 @@ from shared.digests import bundle_digest
 from tests.adapter_support import AdapterWorld
 from tests.controller_support import eventually, install_rbac
 
-MPI_CRD = Path("manifests") / "base" / "kubeflow.org_mpijobs.yaml"
 POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 POD_NAME_LABEL = "io.kubernetes.pod.name"
 CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
@@ -77,7 +76,9 @@ async def start_real_cluster(keep: bool = False) -> RealCluster:
     try:
         timings["cluster"] = local.timings["total"]
         assert local.realnodes is not None
-        await install_crds(local.admin, [source_dir() / MPI_CRD])
+        # Argo's CRDs (the controller submits Workflows; Argo itself does not run here) and the
+        # MPIJob CRD of the operator's source tree.
+        await install_crds(local.admin, upstream_crd_files(await asyncio.to_thread(argo_build_dir)))
         timings["import_runner"] = await local.realnodes.import_archive(images.images_dir() / runner.archive)
         started = time.monotonic()
         await operator.start()

@@ -33,11 +33,12 @@ from controller.eligibility import ineligibility
 from controller.nodes import node_view
 from localcluster.kube import ApiError, Obj, resource_path
 from shared import keys
+from shared.digests import bundle_digest
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, RESULTS_SCHEMA, decode_document
 from shared.profile import CertificationProfile
 from shared.result import LauncherReport
 from tests.adapter_support import AdapterOutcome, check
-from tests.controller_support import eventually, profile_body
+from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
 from tests.realnode_support import (
     PodClock,
     RealCluster,
@@ -428,3 +429,83 @@ async def test_the_namespace_enforces_pod_security_restricted(real: RealCluster)
         await real.admin.create(resource_path("v1", "pods", real.namespace), body)
     assert refused.value.status == 403
     assert "restricted" in refused.value.message
+
+
+async def test_the_controller_holds_the_real_nodes_while_a_killed_adapters_workers_run(
+    real: RealCluster, world: RealWorld, tmp_path: Path
+) -> None:
+    """The controller admits both real Nodes (reserved and cordoned) and submits the Workflow;
+    the test plays Argo's step: the adapter starts the MPIJob check and is SIGKILLed. Cancelled,
+    the Run waits in WorkloadsRemain while the workers run on the nodes; the Nodes stay
+    reserved. The exit handler's sweep removes them; the Run ends Canceled with
+    WorkloadCleanupComplete=True, and only then does release give the Nodes back."""
+    scripts = {"slow.sh": SLOW}
+    signal_world = World(real.cluster, real.admin, real.namespace)
+    await signal_world.setup(scripts=scripts)
+    controller = ControllerProcess(real.cluster, real.namespace, tmp_path, resync=1.0, policies=False)
+    profile = f"{real.namespace}-hold"
+    mpi = {"name": "mpi", "scriptKey": "slow.sh", "backend": "MPIJob", "gpuCount": 1, "backendActiveDeadline": "5m"}
+    mpi["mpi"] = {"scope": "crossNode"}
+    labels = {keys.CERTIFY_LABEL: profile, "pool": "gpu"}
+    try:
+        await controller.start()
+        await signal_world.add_profile(
+            profile_body(profile, real.namespace, 2, digest=bundle_digest(scripts, {}), checks=[mpi])
+        )
+        for node in NODES:
+            await real.admin.merge_patch(resource_path("v1", "nodes", name=node), {"metadata": {"labels": labels}})
+
+        async def running() -> Obj | None:
+            runs = [r for r in await signal_world.runs() if r["spec"]["profile"]["name"] == profile]
+            return runs[0] if runs and runs[0].get("status", {}).get("phase") == "Running" else None
+
+        run = await eventually(running, timeout=120, what=f"a Running Run\n{controller.logs()}")
+        uid = run["metadata"]["uid"]
+        assert sorted(p["nodeName"] for p in run["spec"]["participants"]) == list(NODES)
+        world.run, world.nodes = run, [p["nodeName"] for p in run["spec"]["participants"]]
+        job = job_name(world, 0)
+        process, _ = await world.spawn(0)
+        await containers_of(real, world, f"{job}-worker-", 2)
+        process.kill()
+        await asyncio.wait_for(process.communicate(), 60)
+
+        run_path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, real.namespace, run["metadata"]["name"])
+        await real.admin.merge_patch(run_path, {"spec": {"cancel": True}})
+
+        async def cleanup(status: str) -> Obj | None:
+            current: Obj = await real.admin.get(run_path)
+            cond = {c["type"]: c for c in current.get("status", {}).get("conditions", [])}
+            found = cond.get("WorkloadCleanupComplete")
+            return current if found and found["status"] == status else None
+
+        waiting = await eventually(lambda: cleanup("False"), timeout=60, what=f"WorkloadsRemain\n{controller.logs()}")
+        assert waiting["status"]["phase"] == "Running"
+        workers = [c for c in await running_containers(real, world.namespace, f"{job}-worker-") if c.container]
+        assert sorted(c.node for c in workers) == list(NODES), "the killed adapter's workers still run"
+        for obj in await signal_world.nodes(NODES):
+            assert reserved_by(obj) == uid, "no Node is released while a workload of the Run exists"
+
+        parameters = world.parameters(0)
+        sweep = [*parameters[: parameters.index("--check-index")], "--sweep-checks-json", json.dumps([mpi])]
+        swept = await world.adapter(0, args=sweep)
+        assert swept.code == 0, swept.log
+        await assert_stopped(real, world, [job])
+        done = await eventually(lambda: cleanup("True"), timeout=60, what=f"cleanup complete\n{controller.logs()}")
+        assert done["status"]["phase"] == "Canceled", done["status"]
+        for obj in await signal_world.nodes(NODES):
+            assert reserved_by(obj) == uid, "Canceled keeps the group reserved until release"
+        await real.admin.merge_patch(run_path, {"spec": {"release": True}})
+
+        async def released() -> list[Obj] | None:
+            nodes: list[Obj] = await signal_world.nodes(NODES)
+            return nodes if all(reserved_by(n) is None for n in nodes) else None
+
+        for obj in await eventually(released, timeout=60, what=f"the Nodes released\n{controller.logs()}"):
+            assert not [t for t in obj["spec"].get("taints") or [] if t["key"] == keys.RESERVED_TAINT_KEY]
+            assert not obj["spec"].get("unschedulable")
+    finally:
+        controller.stop()
+        unlabel = {"metadata": {"labels": dict.fromkeys(labels)}}
+        for node in NODES:
+            await real.admin.merge_patch(resource_path("v1", "nodes", name=node), unlabel)
+        await signal_world.cleanup()
