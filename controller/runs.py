@@ -87,6 +87,8 @@ async def _watch_running(ctx: Context, run: Obj) -> None:
         live = await ctx.kube.get_or_none(path)
         if live is None or live["metadata"]["uid"] != ref["uid"]:
             if await workloads_remain(ctx, run):
+                if live is None:
+                    await _resubmit_for_cleanup(ctx, run)
                 return
             log.warning(
                 "workflow of a running run is gone; accepting what evidence exists", run=run["metadata"]["name"]
@@ -157,6 +159,20 @@ async def workloads_remain(ctx: Context, run: Obj, *, before: str = "the Run end
     return True
 
 
+async def _resubmit_for_cleanup(ctx: Context, run: Obj) -> None:
+    """The Run's Workflow is gone (deleted) while backend workloads of the Run remain: nobody is
+    left to remove them (the controller may not, and the Workflow's adapter step and exit handler
+    went with it), so the Run would wait for ever. Submit the Workflow again (same name, same
+    parameters): its adapter adopts what a check left (persisted results and evidence are reused,
+    never run twice) or, for a cancelled or late Run, is stopped and its exit handler removes the
+    workloads, evidence first. Found by the fault campaign (issue 14: delete-workflow mid-check)."""
+    log.warning(
+        "workflow gone while backend workloads remain; submitting it again so that its adapter removes them",
+        run=run["metadata"]["name"],
+    )
+    await submit_workflow(ctx, run)
+
+
 async def cancel(ctx: Context, run: Obj) -> None:
     """Ask Argo to stop the Workflow (``Stop``: its exit handler removes the interrupted
     check's workloads); end Canceled once no backend workload remains."""
@@ -168,6 +184,9 @@ async def cancel(ctx: Context, run: Obj) -> None:
             {"metadata": {"uid": workflow["metadata"]["uid"]}, "spec": {"shutdown": SHUTDOWN}},
         )
     remaining = await _backend_workloads(ctx, run)
+    if remaining and workflow is None and (run.get("status") or {}).get("workflow"):
+        await _resubmit_for_cleanup(ctx, run)
+        return
     now = ctx.clock()
     conditions = run.get("status", {}).get("conditions") or []
     generation = run["metadata"].get("generation")
