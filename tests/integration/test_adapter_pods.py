@@ -96,6 +96,8 @@ async def test_pod_spec_is_constrained(world: AdapterWorld, admin: KubeClient) -
     server's ServiceAccount admission injects none), restricted security context."""
     policy = {"kueueQueueName": "gpu-queue", "capabilities": ["IPC_LOCK"], "cpu": "1", "memory": "1Gi"}
     await world.setup(1, {"t.sh": "#!/bin/sh\nsleep 2\n"}, [check("t", "t.sh", gpuCount=2, workload=policy)])
+    # IPC_LOCK is outside the adapter policy's default (empty) capability list: an operator adds it.
+    await configure_adapter_workloads(world.cluster, world.admin, world.namespace, capabilities="IPC_LOCK")
     task = asyncio.create_task(world.adapter(0))
     pods = await eventually(world.pods, what="the backend Pod")
     pod = pods[0]
