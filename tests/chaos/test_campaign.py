@@ -20,7 +20,7 @@ async def test_short_campaign_violates_no_invariant(tmp_path: Path) -> None:
     print("\n".join(report.lines()))
     assert not report.violations, "\n".join(report.lines())
     injected = sum(report.faults.values())
-    assert injected >= 40, report.lines()
+    assert injected >= 30, report.lines()  # a fault with no target at its moment is not injected
     assert len(report.faults) >= len(KINDS) - 3, f"kinds injected: {sorted(report.faults)}"
     assert sum(report.runs.values()) >= 6, report.runs
     assert report.evaluations > 0

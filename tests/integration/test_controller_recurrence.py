@@ -3,14 +3,13 @@ result from the profile is older than its interval, and admission never puts mor
 one failure domain under test than the budget allows."""
 
 import asyncio
-import json
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, resource_path
-from shared import keys
+from shared import certified, keys
 from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
 
 
@@ -28,18 +27,29 @@ async def test_recurrence_requests_only_stale_nodes_within_budget(
     await world.add_nodes(names, requested_for=None)
     now = datetime.now(UTC)
     stale, fresh = names[:4], names[4:]
-    for name, when in [*((n, now - timedelta(hours=2)) for n in stale), *((n, now) for n in fresh)]:
-        detail = {"verdict": "Pass", "runUID": "earlier", "runCreated": _stamp(when), "completionTime": _stamp(when)}
-        patch = {
-            "metadata": {
-                "labels": {keys.certified_label(profile): "Pass"},
-                "annotations": {keys.certified_label(profile): json.dumps(detail)},
-            }
-        }
-        await admin.merge_patch(resource_path("v1", "nodes", name=name), patch)
     body = profile_body(profile, namespace, 2, budget={"topologyKey": keys.ZONE_LABEL, "maxNodesUnderTest": 2})
     body["spec"]["recurrence"] = {"interval": "1h"}
     await world.add_profile(body)
+    # Earlier results, as Signal records them: the profile's record (recurrence reads only that).
+    uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in await world.nodes(names)}
+    entries = {}
+    for name, when in [*((n, now - timedelta(hours=2)) for n in stale), *((n, now) for n in fresh)]:
+        entries[name] = {
+            "verdict": "Pass",
+            "run": "earlier",
+            "namespace": namespace,
+            "runUID": "earlier",
+            "runCreated": _stamp(when),
+            "completionTime": _stamp(when),
+            "evidenceDigest": "sha256:" + "0" * 64,
+            "sourceDigest": body["spec"]["source"]["digest"],
+            "profileGeneration": "1",
+            "nodeUID": uids[name],
+        }
+    status = {"status": {"certifiedNodes": certified.encode(entries)}}
+    await admin.merge_patch(
+        resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile, subresource="status"), status
+    )
     controller = ControllerProcess(cluster, namespace, tmp_path, resync=1.0)
     await controller.start()
     try:

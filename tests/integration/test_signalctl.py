@@ -4,6 +4,7 @@ test_acceptance_corpus.py): a Run created as admin, check evidence from tests/ev
 then the controller's own acceptance (controller.accept.accept) in-process."""
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -16,6 +17,7 @@ import pytest
 from controller.accept import accept, check_evidence_name
 from controller.state import Context
 from kubeio.client import Kube
+from kubeio.errors import AlreadyExists
 from localcluster import identities
 from localcluster.binaries import kplane_binary
 from localcluster.cluster import LocalCluster
@@ -68,6 +70,9 @@ async def _nodes(cluster: LocalCluster, prefix: str, count: int = 2) -> list[Obj
 async def _finished(ctx: Context, admin: KubeClient, cluster: LocalCluster, profile: str, checks: int = 2) -> Obj:
     """A Run whose checks all passed, accepted by the controller's code."""
     nodes = await _nodes(cluster, f"{ctx.namespace}-{profile}")
+    # The profile holds Signal's authoritative record of the results (status.certifiedNodes).
+    with contextlib.suppress(AlreadyExists):
+        await admin.create(resource_path(API, keys.PROFILE_PLURAL), profile_body(profile, ctx.namespace, 2))
     run = await running_run(admin, ctx.namespace, nodes, profile, checks, started=STARTED)
     digests = {}
     for index in range(checks):
