@@ -45,6 +45,21 @@ def overlay(tmp_path: Path) -> list[Obj]:
             for c in COMPONENTS
         ],
     }
+    # The second place (docs/security.md, "Adapter containment"): the adapter policy's CEL variable
+    # runnerImage, which kustomize's images: cannot reach, set by a JSON patch to the same reference.
+    policy = next(
+        d
+        for d in yaml.safe_load_all((DEPLOY / "base" / "adapter-admission-policy.yaml").read_text())
+        if d and d["kind"] == "ValidatingAdmissionPolicy"
+    )
+    index = [v["name"] for v in policy["spec"]["variables"]].index("runnerImage")
+    operations = [{"op": "replace", "path": f"/spec/variables/{index}/expression", "value": f"'{pinned('runner')}'"}]
+    kustomization["patches"] = [
+        {
+            "target": {"kind": "ValidatingAdmissionPolicy", "name": policy["metadata"]["name"]},
+            "patch": yaml.safe_dump(operations),
+        }
+    ]
     (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     return kustomize(directory)
 
