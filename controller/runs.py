@@ -54,7 +54,12 @@ async def reconcile_run(ctx: Context, run: Obj) -> None:
             return
         wants_release = spec.get("release") or phase == Phase.SUCCEEDED
         if wants_release and not is_true(status.get("conditions") or [], "Released"):
-            await release(ctx, run)
+            released = await release(ctx, run)
+            if released is None:
+                return  # not yet (workloads remain); a later pass goes on from what it wrote
+            # Go on from the Run as written: clean_children rewrites status.conditions, which
+            # from the object read before the release would drop Released again.
+            run = released
         await clean_children(ctx, run)
         return
     if spec.get("cancel"):
@@ -264,12 +269,13 @@ async def retry(ctx: Context, run: Obj) -> None:
     await events.emit(ctx, events.run_ref(run), "RetryStarted", f"attempt {attempt + 1} requested", warning=True)
 
 
-async def release(ctx: Context, run: Obj) -> None:
+async def release(ctx: Context, run: Obj) -> Obj | None:
     """Give the group back: release every Node, drop the ledger group, mark Released; never
-    while a backend workload of the Run still exists."""
+    while a backend workload of the Run still exists. Returns the Run as written with
+    Released, or None when it was not released in this pass (or is gone)."""
     name = run["metadata"]["name"]
     if await workloads_remain(ctx, run, before="the group is released"):
-        return
+        return None
     await release_nodes(ctx, run)
     ledger = await ctx.read_ledger()
     if name in ledger.groups:
@@ -284,8 +290,9 @@ async def release(ctx: Context, run: Obj) -> None:
         now=ctx.clock(),
     )
     try:
-        await ctx.patch_run_status(run, {"conditions": conditions})
+        written = await ctx.patch_run_status(run, {"conditions": conditions})
     except NotFound:
-        return
+        return None
     log.info("run released", run=name)
     await events.emit(ctx, events.run_ref(run), "RunReleased", "the group was released")
+    return written

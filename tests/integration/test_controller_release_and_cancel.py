@@ -3,6 +3,7 @@ Run survives, invariant 8); cancellation stops the Workflow and ends Canceled on
 backend workload remains; a non-terminal Run is never released. Issue 11: neither release
 nor the terminal status happens while a Run-labelled workload (Pod, MPIJob) remains."""
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -190,3 +191,45 @@ async def test_release_waits_until_no_run_labelled_workload_remains(
     assert cleanup_condition(current)["status"] == "True"  # type: ignore[index]
     for node in await world.nodes(names):
         assert reserved_by(node) is None
+
+
+def _true(run: Obj, type_: str) -> bool:
+    return any(c["type"] == type_ and c["status"] == "True" for c in (run.get("status") or {}).get("conditions", []))
+
+
+async def test_release_is_written_once_and_never_undone(admitted: tuple[World, Obj, list[str]]) -> None:
+    """A Run that ends with its release already asked for is released and cleaned up in one
+    pass. Every version of the Run from the release on keeps Released=True: the cleanup
+    (ResourcesCleaned) must not write conditions from the object read before the release
+    (that dropped Released, and the next pass released the group a second time)."""
+    world, run, _ = admitted
+    admin = world.admin
+    asked = await admin.merge_patch(run_path(run), {"spec": {"release": True}})
+    versions: list[Obj] = []
+
+    async def follow() -> None:
+        path = resource_path(API, keys.RUN_PLURAL, world.namespace)
+        selector = f"metadata.name={run['metadata']['name']}"
+        params = {"fieldSelector": selector, "resourceVersion": asked["metadata"]["resourceVersion"]}
+        async for event in admin.watch(path, **params):
+            if event["type"] == "MODIFIED":
+                versions.append(event["object"])
+                if _true(event["object"], "Released") and _true(event["object"], "ResourcesCleaned"):
+                    return
+
+    watching = asyncio.create_task(follow())
+    await admin.merge_patch(run_path(run, "status"), {"status": {"phase": "Failed", "reason": "CheckFailed"}})
+    async with asyncio.timeout(60):
+        await watching
+    first = next(i for i, v in enumerate(versions) if _true(v, "Released"))
+    undone = [v["metadata"]["resourceVersion"] for v in versions[first:] if not _true(v, "Released")]
+    assert not undone, f"Released=True was dropped again in versions {undone}"
+
+    async def released_events() -> list[Obj] | None:
+        listed = await admin.get(
+            resource_path("v1", "events", world.namespace),
+            fieldSelector=f"involvedObject.uid={run['metadata']['uid']},reason=RunReleased",
+        )
+        return listed["items"] or None
+
+    assert len(await eventually(released_events, what="the RunReleased Event")) == 1

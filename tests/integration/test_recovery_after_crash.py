@@ -129,7 +129,11 @@ async def _crash_then_recover(
     s = make()
     await s.prepare()
     await setup(s)
-    code = await s.run_once(SIGNAL_CRASH_AT=str(k))
+    try:
+        code = await s.run_once(SIGNAL_CRASH_AT=str(k))
+    except AssertionError:
+        s.controller.stop()  # not left running into the next test
+        raise
     assert code == 137, f"point {k} was not reached in {s.namespace}\n{s.controller.logs()}"
     await s.run_once()
     await s.finish(converged(s), f"{what} after a crash at write point {k}")

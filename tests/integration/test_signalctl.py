@@ -354,8 +354,9 @@ async def test_describe_node_shows_every_projection_the_run_and_evidence_and_whe
     node = run["spec"]["participants"][0]["nodeName"]
     profile = f"dn-{ns}"
     body = profile_body(profile, ns, 2, digest=run["spec"]["source"]["digest"])
-    # The Run's profile ("dn") as registered, and another profile that never certified the Node.
-    await admin.create(resource_path(API, keys.PROFILE_PLURAL), {**body, "metadata": {"name": "dn"}})
+    # The Run's profile ("dn", created by _finished) as registered for this Run's suite, and another
+    # profile that never certified the Node.
+    await admin.merge_patch(resource_path(API, keys.PROFILE_PLURAL, name="dn"), {"spec": body["spec"]})
     await admin.create(resource_path(API, keys.PROFILE_PLURAL), body)
     try:
         rc, out, err = await signalctl(kubeconfig, "describe", "node", node)
