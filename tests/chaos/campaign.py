@@ -42,6 +42,8 @@ SCRIPTS = {
     "inventory.sh": '#!/bin/sh\ncase "$SIGNAL_NODE_NAME" in *7) echo "XID 79" >&2; exit 1;; *5) sleep 600;; esac\necho ok\n',
     "nccl.sh": '#!/bin/sh\necho "rank $SIGNAL_RANK of $SIGNAL_WORLD_SIZE"\n',
 }
+GROUP = 2
+"""Every campaign profile's group size (spec.participants.count)."""
 BUDGET = {"topologyKey": keys.ZONE_LABEL, "maxNodesUnderTest": 2}
 
 
@@ -106,7 +108,7 @@ async def _profiles(world: World) -> list[str]:
     a = profile_body(
         f"{world.namespace}-a",
         world.namespace,
-        2,
+        GROUP,
         digest=digest,
         budget=BUDGET,
         checks=[
@@ -129,7 +131,7 @@ async def _profiles(world: World) -> list[str]:
     b = profile_body(
         f"{world.namespace}-b",
         world.namespace,
-        2,
+        GROUP,
         digest=digest,
         budget=BUDGET,
         checks=[
@@ -200,7 +202,38 @@ async def _quiesce(world: World, recorder: Recorder, names: list[str], deadline:
                     await world.admin.merge_patch(path, {"spec": {"release": True}}),
                     run=run["metadata"]["name"],
                 )
+            if not held:
+                await _complete_groups(world, recorder, nodes, waiting)
         await asyncio.sleep(1.0)
+
+
+async def _complete_groups(world: World, recorder: Recorder, nodes: list[Obj], waiting: list[Obj]) -> None:
+    """Nodes left waiting for a profile in fewer than its group size (a wave that requested
+    an odd number, a request restored on release) can never be admitted: as an operator would,
+    request free Nodes to complete the group, or withdraw the request when none is free."""
+    wanted = Counter(n["metadata"]["labels"][keys.CERTIFY_LABEL] for n in waiting)
+    free = [
+        n["metadata"]["name"]
+        for n in nodes
+        if not {keys.RESERVED_BY_LABEL, keys.CERTIFY_LABEL} & set(n["metadata"].get("labels") or {})
+        and not (n.get("spec") or {}).get("unschedulable")
+    ]
+    for profile, count in sorted(wanted.items()):
+        if count >= GROUP:
+            continue  # admissible as they are (one group at a time)
+        short = GROUP - count
+        if len(free) >= short:
+            for name in [free.pop() for _ in range(short)]:
+                patch = {"metadata": {"labels": {keys.CERTIFY_LABEL: profile}}}
+                answer = await world.admin.merge_patch(resource_path("v1", "nodes", name=name), patch)
+                recorder.operator("request", answer, nodes=[name], profile=profile)
+            continue
+        for node in waiting:
+            if node["metadata"]["labels"][keys.CERTIFY_LABEL] == profile:
+                name = node["metadata"]["name"]
+                patch = {"metadata": {"labels": {keys.CERTIFY_LABEL: None}}}
+                answer = await world.admin.merge_patch(resource_path("v1", "nodes", name=name), patch)
+                recorder.operator("withdraw", answer, nodes=[name], profile=profile)
 
 
 async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report:
