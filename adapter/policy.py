@@ -11,7 +11,7 @@ force there, and refuse to run otherwise:
 The dry-run objects are otherwise acceptable (a Pod that Pod Security ``restricted`` admits),
 so that only the policy can be what refuses them."""
 
-from kubeio.admission import Probe, prove_all_denied
+from kubeio.admission import Probe, config_map_probe, prove_all_denied
 from kubeio.client import Kube, resource_path
 from shared import policies
 
@@ -19,12 +19,6 @@ EVIDENCE_PROBE_NAME = f"{policies.PROBE_NAME}-c0-results"
 
 
 def probes(namespace: str) -> list[Probe]:
-    evidence = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": EVIDENCE_PROBE_NAME, "namespace": namespace},
-        "data": {"probe": "a results ConfigMap without the Run's labels, owner or immutability"},
-    }
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -42,12 +36,12 @@ def probes(namespace: str) -> list[Probe]:
         },
     }
     return [
-        Probe(
+        config_map_probe(
             policies.EVIDENCE_POLICY,
-            f"ConfigMap {EVIDENCE_PROBE_NAME} (results without labels, owner or immutable: true)",
-            resource_path("v1", "configmaps", namespace),
-            evidence,
             policies.POLICY_FILES[policies.EVIDENCE_POLICY],
+            namespace,
+            EVIDENCE_PROBE_NAME,
+            "a check's results",
         ),
         Probe(
             policies.ADAPTER_WORKLOADS_POLICY,

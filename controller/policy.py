@@ -8,7 +8,7 @@ refuse to run otherwise:
   Run's labels, owner and immutability is denied, so no one else can write evidence that
   acceptance reads."""
 
-from kubeio.admission import Probe, prove_all_denied
+from kubeio.admission import Probe, config_map_probe, prove_all_denied
 from kubeio.client import Kube, resource_path
 from shared import keys, policies
 
@@ -22,12 +22,6 @@ def probes(namespace: str) -> list[Probe]:
         "metadata": {"name": policies.PROBE_NAME, "namespace": namespace},
         "spec": {"workflowTemplateRef": {"name": keys.WORKFLOW_TEMPLATE}, "podSpecPatch": "{}"},
     }
-    evidence = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": EVIDENCE_PROBE_NAME, "namespace": namespace},
-        "data": {"probe": "a Run evidence ConfigMap without the Run's labels, owner or immutability"},
-    }
     return [
         Probe(
             policies.CONTROLLER_WORKFLOWS_POLICY,
@@ -36,12 +30,12 @@ def probes(namespace: str) -> list[Probe]:
             workflow,
             policies.POLICY_FILES[policies.CONTROLLER_WORKFLOWS_POLICY],
         ),
-        Probe(
+        config_map_probe(
             policies.EVIDENCE_POLICY,
-            f"ConfigMap {EVIDENCE_PROBE_NAME} (evidence without labels, owner or immutable: true)",
-            resource_path("v1", "configmaps", namespace),
-            evidence,
             policies.POLICY_FILES[policies.EVIDENCE_POLICY],
+            namespace,
+            EVIDENCE_PROBE_NAME,
+            "a Run's evidence",
         ),
     ]
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kubeio.client import Kube
+from kubeio.client import Kube, resource_path
 from kubeio.errors import ApiError, TransportError
 
 Obj = dict[str, Any]
@@ -35,6 +35,19 @@ class Probe:
     body: Obj
     manifest: str
     """Where the policy is defined (repository-relative), for the error message."""
+
+
+def config_map_probe(policy: str, manifest: str, namespace: str, name: str, document: str) -> Probe:
+    """A ConfigMap named like one of Signal's documents (``document``: which, in words) but
+    without the Run's labels, owner and immutability: what ``policy`` must deny."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": {"probe": f"{document} without the Run's labels, owner or immutability"},
+    }
+    what = f"ConfigMap {name} ({document} without labels, owner or immutable: true)"
+    return Probe(policy, what, resource_path("v1", "configmaps", namespace), body, manifest)
 
 
 def denied_by(error: ApiError, policy: str) -> bool:
