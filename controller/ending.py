@@ -19,18 +19,22 @@ from shared.conditions import set_condition
 from shared.run import TERMINAL_PHASES, Phase
 
 
-async def end_run(ctx: Context, run: Obj, reason: str, message: str) -> Obj:
-    status = run.get("status") or {}
-    meta = run["metadata"]
-    conditions = set_condition(
-        status.get("conditions") or [],
-        type_="Reconciled",
+def _false(ctx: Context, obj: Obj, type_: str, reason: str, message: str) -> list[dict[str, Any]]:
+    """``obj``'s conditions with ``type_`` set False for ``reason``."""
+    return set_condition(
+        (obj.get("status") or {}).get("conditions") or [],
+        type_=type_,
         status=False,
         reason=reason,
         message=message[:1000],
-        generation=meta.get("generation"),
+        generation=obj["metadata"].get("generation"),
         now=ctx.clock(),
     )
+
+
+async def end_run(ctx: Context, run: Obj, reason: str, message: str) -> Obj:
+    status = run.get("status") or {}
+    conditions = _false(ctx, run, "Reconciled", reason, message)
     update: dict[str, Any] = {"conditions": conditions}
     if (status.get("phase") or Phase.PENDING) not in TERMINAL_PHASES:
         update |= {
@@ -45,17 +49,8 @@ async def end_run(ctx: Context, run: Obj, reason: str, message: str) -> Obj:
 
 
 async def end_profile(ctx: Context, profile: Obj, reason: str, message: str) -> Obj:
-    status = profile.get("status") or {}
     meta = profile["metadata"]
-    conditions = set_condition(
-        status.get("conditions") or [],
-        type_="Ready",
-        status=False,
-        reason=reason,
-        message=message[:1000],
-        generation=meta.get("generation"),
-        now=ctx.clock(),
-    )
+    conditions = _false(ctx, profile, "Ready", reason, message)
     path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=meta["name"], subresource="status")
     written = await ctx.kube.merge_patch(path, {"metadata": {"uid": meta["uid"]}, "status": {"conditions": conditions}})
     involved = {"apiVersion": keys.API_VERSION, "kind": keys.PROFILE_KIND, "name": meta["name"], "uid": meta["uid"]}
