@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner import mpi
+from runner import sshd as sshd_role
 from runner.execute import ScriptError, clean_environment, run_script, script_argv
 from runner.report import build_result, error_result, fit, read_measurements
 from shared.result import ResultError, RunnerIdentity, RunnerResult
@@ -30,6 +31,8 @@ from shared.run import Verdict
 
 IDENTITY_ENV = ("SIGNAL_NODE_NAME", "SIGNAL_POD_NAME", "SIGNAL_POD_UID")
 SCRIPT_ENV_KEYS = ("SIGNAL_RUN_NAME", "SIGNAL_RUN_UID", "SIGNAL_CHECK", "SIGNAL_NAMESPACE", *IDENTITY_ENV)
+WORKER_ENV_KEYS = (*SCRIPT_ENV_KEYS, "SIGNAL_SCRIPT")
+"""What an MPI worker records for the ranks its sshd's sessions start (runner/sshd.py)."""
 
 
 def _identity(role: str) -> RunnerIdentity:
@@ -162,6 +165,11 @@ def cmd_rank(args: argparse.Namespace) -> int:
     # First: take the report key out of reach of the script (environment and /proc).
     key = mpi.take_report_key(os.environ)
     mpi.make_undumpable()
+    # Started by an ssh session (no container environment): the worker's recorded variables
+    # (its node, its Pod, the Run and check) stand in for what the session lacks.
+    missing = [k for k in WORKER_ENV_KEYS if not os.environ.get(k)]
+    if missing:
+        os.environ.update(sshd_role.recorded_environment(missing))
     rank, size, host = mpi.rank_identity(dict(os.environ))
     if not key:
         print(
@@ -181,8 +189,8 @@ def cmd_rank(args: argparse.Namespace) -> int:
         },
         mpi_rank=True,
     )
-    # The worker's own environment names the script where its Pod mounts it; an ssh
-    # session without that environment falls back to the launcher's path (the same mount).
+    # The worker's environment names the script where its Pod mounts it; without it (no
+    # record either) the launcher's path (the same mount).
     script = Path(os.environ["SIGNAL_SCRIPT"]) if os.environ.get("SIGNAL_SCRIPT") else args.script
     try:
         outcome = run_script(script_argv(script), env, workdir, None, None, float(args.deadline_seconds))
@@ -204,7 +212,7 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    mpi.sshd_or_wait(args.sshd)
+    mpi.sshd_or_wait(args.sshd, {k: os.environ[k] for k in WORKER_ENV_KEYS if os.environ.get(k)})
     return 0
 
 

@@ -38,7 +38,7 @@ import re
 import secrets
 import signal
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -293,9 +293,10 @@ def evaluate_launcher(
     return Verdict.PASS, "Succeeded: every rank exited 0", report
 
 
-def sshd_or_wait(sshd: str | None) -> None:
+def sshd_or_wait(sshd: str | None, environment: Mapping[str, str]) -> None:
     """The worker role: become the image's sshd (runner/sshd.py: our configuration, a host key
-    made at start) when the image has it, otherwise wait to be deleted."""
+    made at start, ``environment`` recorded for its sessions' ranks) when the image has it,
+    otherwise wait to be deleted."""
     if sshd and Path(sshd).exists():
-        sshd_role.exec_sshd(sshd)
+        sshd_role.exec_sshd(sshd, environment)
     signal.pause()

@@ -6,11 +6,18 @@ Security ``restricted``: no root, no capability, a read-only root filesystem.
 scratch volume, and authorizes the MPI operator's per-job key mounted at the runner user's
 ``~/.ssh`` (the MPIJob's ``sshAuthMountPath``). The host key is made here, at start, so no
 private key ships in the image and every worker has its own.
+
+A session sshd starts has none of the container's environment (``PermitUserEnvironment no``),
+so the worker records the Signal variables its Pod was given (the downward API's node and
+Pod names, the Run and check) in ``IDENTITY_FILE`` before it becomes sshd; a rank that the
+launcher's ssh session started takes what it lacks from there (``signal-runner rank``).
 """
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Final, NoReturn
 
@@ -23,6 +30,7 @@ RUNNER_SSH_DIR: Final = keys.RUNNER_SSH_DIR
 WORKDIR: Final = "/signal/work"
 STATE_DIR: Final = f"{WORKDIR}/sshd"
 HOST_KEY_NAME: Final = "ssh_host_ed25519_key"
+IDENTITY_FILE: Final = f"{STATE_DIR}/environment.json"
 SSH_KEYGEN: Final = "/usr/bin/ssh-keygen"
 
 
@@ -63,10 +71,39 @@ def sshd_argv(sshd: str, config: str = SSHD_CONFIG) -> list[str]:
     return [sshd, "-D", "-e", "-f", config]
 
 
-def exec_sshd(sshd: str, config: str = SSHD_CONFIG, state_dir: Path = Path(STATE_DIR)) -> NoReturn:
-    """Make the host key, then become sshd (sshd needs its absolute path to re-exec)."""
+def record_environment(env: Mapping[str, str], path: Path = Path(IDENTITY_FILE)) -> None:
+    """Write ``env`` (the worker's Signal variables) for the ranks of ssh sessions: owner-only."""
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    with os.fdopen(descriptor, "w") as out:
+        json.dump(dict(env), out)
+
+
+def recorded_environment(names: Iterable[str], path: Path | None = None) -> dict[str, str]:
+    """The recorded variables among ``names`` (none when there is no readable record)."""
+    try:
+        recorded = json.loads((path or Path(IDENTITY_FILE)).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {k: v for k in names if isinstance(v := recorded.get(k), str)}
+
+
+def exec_sshd(
+    sshd: str,
+    environment: Mapping[str, str],
+    config: str = SSHD_CONFIG,
+    state_dir: Path = Path(STATE_DIR),
+) -> NoReturn:
+    """Make the host key and record ``environment``, then become sshd (sshd needs its
+    absolute path to re-exec)."""
     try:
         prepare_host_key(state_dir)
+        record_environment(environment, state_dir / Path(IDENTITY_FILE).name)
+    except OSError as exc:
+        print(f"signal-runner worker: cannot record the environment for ssh sessions: {exc}", file=sys.stderr)
+        sys.exit(1)
     except SshdError as exc:
         print(f"signal-runner worker: {exc}", file=sys.stderr)
         sys.exit(1)

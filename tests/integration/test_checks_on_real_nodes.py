@@ -201,6 +201,8 @@ async def test_crossnode_mpijob_over_ssh_passes_and_a_failing_rank_fails_its_nod
     assert (measured["world"], measured["uid"]) == (4, keys.RUNNER_UID)
     assert_over_ssh(measured["via"])
     print(f"rank 0 saw SIGNAL_POD_NAME={measured['pod']!r} SIGNAL_NODE_NAME={measured['node']!r} via {measured['via']}")
+    # The ssh session has none of the container's environment: the worker recorded it for its ranks.
+    assert (measured["pod"], measured["node"]) == (f"{job}-worker-0", workers[f"{job}-worker-0"])
     assert document["cleanup"]["state"] == "Complete"
     assert await leftovers(world) == []
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from runner import main as runner_main
-from runner import mpi
+from runner import mpi, sshd
 from runner.execute import (
     KILL_GRACE_SECONDS,
     SAFE_PATH,
@@ -611,3 +611,37 @@ def test_rank_role_without_a_report_key_reports_nothing(
     captured = capfd.readouterr()
     assert captured.out == ""
     assert f"{mpi.REPORT_KEY_ENV} is missing" in captured.err
+
+
+def test_a_rank_of_an_ssh_session_takes_the_workers_recorded_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """An ssh session has none of the worker container's environment: the rank takes its
+    node, Pod, Run and check from what the worker recorded before it became sshd; what the
+    session does have wins."""
+    record = tmp_path / "environment.json"
+    sshd.record_environment(
+        {"SIGNAL_NODE_NAME": "node-a", "SIGNAL_POD_NAME": "job-worker-1", "SIGNAL_RUN_NAME": "run-1", "X": "y"}, record
+    )
+    assert record.stat().st_mode & 0o777 == 0o400
+    sshd.record_environment({"SIGNAL_NODE_NAME": "node-a", "SIGNAL_POD_NAME": "job-worker-1"}, record)  # restart
+    monkeypatch.setattr(sshd, "IDENTITY_FILE", str(record))
+    for name in runner_main.WORKER_ENV_KEYS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SIGNAL_CHECK", "nccl")
+    seen = tmp_path / "seen"
+    path = script(tmp_path, f'#!/bin/sh\necho "$SIGNAL_NODE_NAME $SIGNAL_POD_NAME $SIGNAL_CHECK $X" > {seen}\n')
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    keyed(monkeypatch)
+    assert runner_main.main(["rank", "--script", str(path), "--deadline-seconds", "10"]) == 0
+    assert seen.read_text() == "node-a job-worker-1 nccl \n"  # X: not a Signal variable
+    capfd.readouterr()
+
+
+@pytest.mark.parametrize("text", ["", "not json", "[1]", '{"SIGNAL_NODE_NAME": 3}'])
+def test_an_unreadable_record_adds_nothing(tmp_path: Path, text: str) -> None:
+    (tmp_path / "r.json").write_text(text)
+    assert sshd.recorded_environment(["SIGNAL_NODE_NAME"], tmp_path / "r.json") == {}
+    assert sshd.recorded_environment(["SIGNAL_NODE_NAME"], tmp_path / "absent.json") == {}
