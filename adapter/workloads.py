@@ -81,11 +81,11 @@ def mpijob_names(inputs: Inputs) -> list[tuple[str, int | None]]:
 
 
 def results_name(inputs: Inputs) -> str:
-    return f"{inputs.run_name}-c{inputs.check_index}-results"
+    return keys.check_results_name(inputs.run_name, inputs.check_index)
 
 
 def evidence_name(inputs: Inputs) -> str:
-    return f"{inputs.run_name}-c{inputs.check_index}-evidence"
+    return keys.check_evidence_name(inputs.run_name, inputs.check_index)
 
 
 def run_owner(inputs: Inputs) -> dict[str, Any]:

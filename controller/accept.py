@@ -18,7 +18,6 @@ the result onto the Nodes, and end the Run. Safe to repeat and to interrupt, in 
 import base64
 import contextlib
 import json
-from typing import Any
 
 from prometheus_client import Counter
 
@@ -37,7 +36,6 @@ from shared.evidence import CHECK_EVIDENCE_SCHEMA, EvidenceError, config_map, de
 from shared.run import Phase, Verdict
 
 NODE_PATCH_ATTEMPTS = 5
-WORKFLOWS = "argoproj.io/v1alpha1"
 NOT_ADOPTED = "EvidenceNotAdopted"
 EVIDENCE_REJECTED = Counter(
     "signal_evidence_rejected",
@@ -55,12 +53,8 @@ class NotAdopted(Exception):
         self.why = why
 
 
-def evidence_name(run_name: str) -> str:
-    return f"{run_name}-evidence"
-
-
-def check_evidence_name(run_name: str, index: int) -> str:
-    return f"{run_name}-c{index}-evidence"
+evidence_name = keys.run_evidence_name
+check_evidence_name = keys.check_evidence_name
 
 
 def reported_digests(workflow: Obj | None) -> dict[int, str]:
@@ -316,8 +310,3 @@ async def _not_adopted(ctx: Context, run: Obj, rejection: NotAdopted) -> None:
         )
     metrics.observe_terminal(run, Phase.INCONCLUSIVE)
     await events.emit(ctx, events.run_ref(run), "EvidenceRejected", message, warning=True)
-
-
-def run_started(run: Obj) -> str | None:
-    value: Any = (run.get("status") or {}).get("startTime")
-    return str(value) if value else None

@@ -17,7 +17,6 @@ from shared.conditions import is_true, set_condition
 from shared.durations import DurationError, parse_duration
 from shared.run import TERMINAL_PHASES
 
-WORKFLOWS = "argoproj.io/v1alpha1"
 DEFAULT_KEEP = 10
 
 
@@ -112,7 +111,7 @@ async def clean_children(ctx: Context, run: Obj) -> None:
     workflow = status.get("workflow") or {}
     if workflow.get("uid"):
         with contextlib.suppress(NotFound, Conflict):
-            path = resource_path(WORKFLOWS, "workflows", ctx.namespace, workflow["name"])
+            path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, workflow["name"])
             await ctx.kube.delete(path, uid=workflow["uid"], propagation="Background")
     snapshot = run["spec"]["source"]["snapshotConfigMap"]
     with contextlib.suppress(NotFound):

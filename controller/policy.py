@@ -17,7 +17,7 @@ EVIDENCE_PROBE_NAME = f"{policies.PROBE_NAME}-evidence"
 
 def probes(namespace: str) -> list[Probe]:
     workflow = {
-        "apiVersion": "argoproj.io/v1alpha1",
+        "apiVersion": keys.ARGO_API_VERSION,
         "kind": "Workflow",
         "metadata": {"name": policies.PROBE_NAME, "namespace": namespace},
         "spec": {"workflowTemplateRef": {"name": keys.WORKFLOW_TEMPLATE}, "podSpecPatch": "{}"},
@@ -26,7 +26,7 @@ def probes(namespace: str) -> list[Probe]:
         Probe(
             policies.CONTROLLER_WORKFLOWS_POLICY,
             f"Workflow {policies.PROBE_NAME} (with a podSpecPatch)",
-            resource_path("argoproj.io/v1alpha1", "workflows", namespace),
+            resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, namespace),
             workflow,
             policies.POLICY_FILES[policies.CONTROLLER_WORKFLOWS_POLICY],
         ),

@@ -27,7 +27,6 @@ from shared import keys
 from shared.conditions import is_true, set_condition
 from shared.run import TERMINAL_PHASES, Phase
 
-WORKFLOWS = "argoproj.io/v1alpha1"
 FINISHED_WORKFLOW_PHASES = frozenset({"Succeeded", "Failed", "Error"})
 SHUTDOWN = "Stop"
 """How the controller stops a Workflow (cancel, suite deadline): Argo's ``Stop`` stops the
@@ -88,7 +87,7 @@ async def _watch_running(ctx: Context, run: Obj) -> None:
         await accept(ctx, run, cached, deadline_passed=False)
     elif cached is None:
         # Confirm with an uncached read before concluding the Workflow is gone.
-        path = resource_path(WORKFLOWS, "workflows", ctx.namespace, ref["name"])
+        path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, ref["name"])
         live = await ctx.kube.get_or_none(path)
         if live is None or live["metadata"]["uid"] != ref["uid"]:
             if await workloads_remain(ctx, run):
@@ -102,7 +101,7 @@ async def _watch_running(ctx: Context, run: Obj) -> None:
     elif late:
         if (cached.get("spec") or {}).get("shutdown") != SHUTDOWN:
             await ctx.kube.merge_patch(
-                resource_path(WORKFLOWS, "workflows", ctx.namespace, ref["name"]),
+                resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, ref["name"]),
                 {"metadata": {"uid": ref["uid"]}, "spec": {"shutdown": SHUTDOWN}},
             )
         log.warning("suite deadline passed; stopping the workflow", run=run["metadata"]["name"])
@@ -182,10 +181,12 @@ async def cancel(ctx: Context, run: Obj) -> None:
     """Ask Argo to stop the Workflow (``Stop``: its exit handler removes the interrupted
     check's workloads); end Canceled once no backend workload remains."""
     name = run["metadata"]["name"]
-    workflow = await ctx.kube.get_or_none(resource_path(WORKFLOWS, "workflows", ctx.namespace, name))
+    workflow = await ctx.kube.get_or_none(
+        resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, name)
+    )
     if workflow is not None and workflow.get("spec", {}).get("shutdown") != SHUTDOWN:
         await ctx.kube.merge_patch(
-            resource_path(WORKFLOWS, "workflows", ctx.namespace, name),
+            resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, name),
             {"metadata": {"uid": workflow["metadata"]["uid"]}, "spec": {"shutdown": SHUTDOWN}},
         )
     remaining = await _backend_workloads(ctx, run)

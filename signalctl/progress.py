@@ -21,8 +21,7 @@ MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
 ENDED = {"Succeeded", "Failed"}
 
 
-def evidence_name(run: str, index: int) -> str:
-    return f"{run}-c{index}-evidence"
+evidence_name = keys.check_evidence_name
 
 
 @dataclass(frozen=True)

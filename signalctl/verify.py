@@ -32,6 +32,7 @@ import binascii
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from shared import keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA, CheckInput, CheckOutcome, assess_check, decide
 from shared.digests import canonical_json, sha256_digest
 from shared.evidence import DIGEST_ANNOTATION, EVIDENCE_KEY, EvidenceError, decode_document
@@ -50,8 +51,7 @@ class Finding:
     detail: str
 
 
-def check_config_map_name(run_name: str, index: int) -> str:
-    return f"{run_name}-c{index}-evidence"
+check_config_map_name = keys.check_evidence_name
 
 
 def _item(ok: bool, subject: str, good: str, bad: str) -> Finding:
@@ -66,11 +66,11 @@ def _differences(expected: Obj, actual: Obj) -> list[str]:
     ]
 
 
-def _stored_bytes(config_map: Obj) -> tuple[int, int] | None:
-    """(exact gzip size, the controller's base64 estimate) of a stored document."""
+def _stored_bytes(config_map: Obj) -> int | None:
+    """The exact gzip size of a stored document (what the controller records)."""
     encoded = (config_map.get("binaryData") or {}).get(EVIDENCE_KEY, "")
     try:
-        return len(base64.b64decode(encoded, validate=True)), len(encoded) * 3 // 4
+        return len(base64.b64decode(encoded, validate=True))
     except (binascii.Error, ValueError):
         return None
 
@@ -96,13 +96,13 @@ def _header(run: Obj, run_cm: Obj, document: Obj, digest: str) -> list[Finding]:
             f"annotation says {annotated}, recomputed {digest}",
         )
     )
-    sizes = _stored_bytes(run_cm)
+    stored = _stored_bytes(run_cm)
     found.append(
         _item(
-            sizes is not None and ref.get("bytes") in sizes,
+            stored is not None and ref.get("bytes") == stored,
             "Run evidence bytes",
             f"{ref.get('bytes')} stored gzip bytes",
-            f"status.evidence.bytes is {ref.get('bytes')}, stored {sizes[0] if sizes else '?'}",
+            f"status.evidence.bytes is {ref.get('bytes')}, stored {stored if stored is not None else '?'}",
         )
     )
     expected = {

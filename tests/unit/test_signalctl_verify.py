@@ -2,6 +2,7 @@
 stored evidence. The records are made with the same shared code the controller uses
 (assess_check, decide, run_document, config_map), as controller/accept.py does, then tampered."""
 
+import base64
 import copy
 from collections.abc import Callable
 from typing import Any
@@ -234,13 +235,16 @@ def test_a_missing_check_that_reappears_is_a_mismatch() -> None:
     assert verify.exit_code(findings) == 1
 
 
-def test_the_controllers_base64_size_estimate_is_accepted() -> None:
+def test_the_recorded_size_must_be_the_exact_stored_size() -> None:
+    """The controller records the exact gzip size; a base64-length estimate is not it."""
     rec = passing()
     encoded = rec.run_cm["binaryData"]["evidence.json.gz"]
-    rec.run["status"]["evidence"]["bytes"] = len(encoded) * 3 // 4
+    exact = len(base64.b64decode(encoded))
+    assert rec.run["status"]["evidence"]["bytes"] == exact
     assert verify.exit_code(rec.verify()) == 0
-    rec.run["status"]["evidence"]["bytes"] = 5
-    assert states(rec.verify())["Run evidence bytes"] == "MISMATCH"
+    for wrong in {len(encoded) * 3 // 4, exact + 1, 5} - {exact}:
+        rec.run["status"]["evidence"]["bytes"] = wrong
+        assert states(rec.verify())["Run evidence bytes"] == "MISMATCH", wrong
 
 
 def test_too_large_run_evidence_is_compared_by_digest() -> None:
