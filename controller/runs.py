@@ -14,100 +14,82 @@ them (it may not touch Pods or MPIJobs); the adapter removes them, evidence firs
 stopped (SIGTERM) or when a step finds the Run cancelled or ended."""
 
 import contextlib
-from datetime import datetime, timedelta
 
 from controller import events
 from controller.accept import accept
 from controller.admission import AdmissionAborted, complete_admission, release_nodes, submit_workflow
 from controller.lifecycle import clean_children
+from controller.nextaction import SHUTDOWN, Action, deadline_passed, next_action
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import NotFound
 from shared import keys
-from shared.conditions import is_true, set_condition
-from shared.run import TERMINAL_PHASES, Phase
-
-FINISHED_WORKFLOW_PHASES = frozenset({"Succeeded", "Failed", "Error"})
-SHUTDOWN = "Stop"
-"""How the controller stops a Workflow (cancel, suite deadline): Argo's ``Stop`` stops the
-running step and then runs the exit handler, whose adapter removes the interrupted check's
-workloads, evidence first. (``Terminate`` skips exit handlers, and Argo v4's executor kills
-the step's adapter with SIGKILL right after SIGTERM, so the adapter cannot clean up itself.)"""
-
-
-def deadline_passed(run: Obj, now: datetime) -> bool:
-    started = (run.get("status") or {}).get("startTime")
-    if not started:
-        return False
-    began = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
-    return now >= began + timedelta(seconds=int(run["spec"]["suiteDeadlineSeconds"]))
+from shared.conditions import set_condition
+from shared.run import Phase
 
 
 async def reconcile_run(ctx: Context, run: Obj) -> None:
-    status = run.get("status") or {}
-    phase = status.get("phase") or Phase.PENDING
-    spec = run["spec"]
-    if phase in TERMINAL_PHASES:
-        if _retry_due(ctx, run):
-            await retry(ctx, run)
-            return
-        wants_release = spec.get("release") or phase == Phase.SUCCEEDED
-        if wants_release and not is_true(status.get("conditions") or [], "Released"):
-            released = await release(ctx, run)
-            if released is None:
-                return  # not yet (workloads remain); a later pass goes on from what it wrote
+    """Apply the Run's next action (controller/nextaction.py) and what it waits for."""
+    ref = (run.get("status") or {}).get("workflow") or {}
+    cached = ctx.workflows.items.get(f"{ctx.namespace}/{ref.get('name') or run['metadata']['name']}")
+    action = next_action(run, cached, ctx.clock(), max_attempts=_max_attempts(ctx, run))
+    if action is Action.RETRY:
+        await retry(ctx, run)
+    elif action is Action.RELEASE:
+        released = await release(ctx, run)
+        if released is not None:
             # Go on from the Run as written: clean_children rewrites status.conditions, which
             # from the object read before the release would drop Released again.
-            run = released
+            await clean_children(ctx, released)
+    elif action is Action.CLEAN_UP:
         await clean_children(ctx, run)
-        return
-    if spec.get("cancel"):
+    elif action is Action.CANCEL:
         await cancel(ctx, run)
-        return
-    if phase in {Phase.PENDING, Phase.ADMITTED}:
+    elif action is Action.COMPLETE_ADMISSION:
         try:
             await complete_admission(ctx, run, None)
         except AdmissionAborted as exc:
             log.warning("half-admitted run rolled back", run=run["metadata"]["name"], reason=str(exc))
-    elif phase == Phase.RUNNING and not (status.get("workflow") or {}).get("uid"):
+    elif action is Action.SUBMIT_WORKFLOW:
         await submit_workflow(ctx, run)
-    elif phase == Phase.RUNNING:
-        await _watch_running(ctx, run)
-
-
-async def _watch_running(ctx: Context, run: Obj) -> None:
-    ref = run["status"]["workflow"]
-    cached = ctx.workflows.items.get(f"{ctx.namespace}/{ref['name']}")
-    if cached is not None and cached["metadata"]["uid"] != ref["uid"]:
-        cached = None
-    late = deadline_passed(run, ctx.clock())
-    if cached is not None and (cached.get("status") or {}).get("phase") in FINISHED_WORKFLOW_PHASES:
-        if await workloads_remain(ctx, run):
-            return
-        await accept(ctx, run, cached, deadline_passed=False)
-    elif cached is None:
-        # Confirm with an uncached read before concluding the Workflow is gone.
-        path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, ref["name"])
-        live = await ctx.kube.get_or_none(path)
-        if live is None or live["metadata"]["uid"] != ref["uid"]:
-            if await workloads_remain(ctx, run):
-                if live is None:
-                    await _resubmit_for_cleanup(ctx, run)
-                return
-            log.warning(
-                "workflow of a running run is gone; accepting what evidence exists", run=run["metadata"]["name"]
-            )
-            await accept(ctx, run, None, deadline_passed=late)
-    elif late:
-        if (cached.get("spec") or {}).get("shutdown") != SHUTDOWN:
+    elif action is Action.ACCEPT:
+        if not await workloads_remain(ctx, run):
+            await accept(ctx, run, cached, deadline_passed=False)
+    elif action is Action.CONFIRM_WORKFLOW_GONE:
+        await _workflow_gone(ctx, run)
+    elif action in (Action.STOP_WORKFLOW, Action.ACCEPT_AFTER_DEADLINE):
+        if action is Action.STOP_WORKFLOW:
             await ctx.kube.merge_patch(
                 resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, ref["name"]),
                 {"metadata": {"uid": ref["uid"]}, "spec": {"shutdown": SHUTDOWN}},
             )
         log.warning("suite deadline passed; stopping the workflow", run=run["metadata"]["name"])
-        if await workloads_remain(ctx, run):
-            return
-        await accept(ctx, run, cached, deadline_passed=True)
+        if not await workloads_remain(ctx, run):
+            await accept(ctx, run, cached, deadline_passed=True)
+
+
+def _max_attempts(ctx: Context, run: Obj) -> int:
+    """The profile's retries.maxAttempts; 1 when the profile is gone or is not the Run's."""
+    profile = ctx.profiles.items.get(f"/{run['spec']['profile']['name']}")
+    if profile is None or profile["metadata"].get("uid") != run["spec"]["profile"]["uid"]:
+        return 1
+    return int(((profile.get("spec") or {}).get("retries") or {}).get("maxAttempts", 1))
+
+
+async def _workflow_gone(ctx: Context, run: Obj) -> None:
+    """The cache has no Workflow of the Run's: confirm with an uncached read before concluding
+    it is gone, then accept what evidence exists (once no backend workload remains)."""
+    ref = run["status"]["workflow"]
+    path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, ref["name"])
+    live = await ctx.kube.get_or_none(path)
+    if live is not None and live["metadata"]["uid"] == ref["uid"]:
+        return  # the cache is behind; its event brings the Run back
+    if await workloads_remain(ctx, run):
+        if live is None:
+            await _resubmit_for_cleanup(ctx, run)
+        return
+    log.warning("workflow of a running run is gone; accepting what evidence exists", run=run["metadata"]["name"])
+    await accept(ctx, run, None, deadline_passed=deadline_passed(run, ctx.clock()))
 
 
 async def _backend_workloads(ctx: Context, run: Obj) -> list[str]:
@@ -229,20 +211,6 @@ async def cancel(ctx: Context, run: Obj) -> None:
     )
     log.info("run canceled", run=name)
     await events.emit(ctx, events.run_ref(run), "RunCanceled", "canceled by spec.cancel", warning=True)
-
-
-def _retry_due(ctx: Context, run: Obj) -> bool:
-    status = run.get("status") or {}
-    if status.get("phase") != Phase.INCONCLUSIVE or run["spec"].get("release"):
-        return False
-    conditions = status.get("conditions") or []
-    if is_true(conditions, "Released") or is_true(conditions, "RetryStarted"):
-        return False
-    profile = ctx.profiles.items.get(f"/{run['spec']['profile']['name']}")
-    if profile is None or profile["metadata"].get("uid") != run["spec"]["profile"]["uid"]:
-        return False
-    allowed = int(((profile.get("spec") or {}).get("retries") or {}).get("maxAttempts", 1))
-    return int(run["spec"].get("attempt", 1)) < allowed
 
 
 async def retry(ctx: Context, run: Obj) -> None:
