@@ -11,7 +11,6 @@ A crash between any two writes leaves a state that recovery completes or rolls b
 failure part-way rolls back every reservation made (``rollback``)."""
 
 import contextlib
-from typing import Any
 
 from controller import events
 from controller.ledger import Group, Ledger
@@ -19,33 +18,21 @@ from controller.manifests import (
     GROUP_HASH_LABEL,
     controlled_by,
     group_hash,
-    release_patch,
-    reservation_patch,
     run_manifest,
     run_name,
     snapshot_manifest,
     workflow_manifest,
 )
-from controller.nodes import node_view
+from controller.reservations import AdmissionAborted, reserve, rollback
 from controller.selection import Selection
 from controller.state import Context, log
 from controller.workqueue import TerminalError
 from kubeio.client import Obj, resource_path
-from kubeio.errors import AlreadyExists, Conflict, NotFound
+from kubeio.errors import AlreadyExists
 from shared import keys
 from shared.conditions import set_condition
 from shared.digests import bundle_digest
 from shared.profile import CertificationProfile
-
-NODE_PATCH_ATTEMPTS = 5
-
-
-class AdmissionAborted(RuntimeError):
-    """The admission could not complete; everything it did was rolled back."""
-
-
-def _node_path(name: str) -> str:
-    return resource_path("v1", "nodes", name=name)
 
 
 async def admit(
@@ -148,73 +135,6 @@ async def _reverify_source(ctx: Context, run: Obj) -> Obj:
     if bundle_digest(source.get("data") or {}, source.get("binaryData") or {}) != run["spec"]["source"]["digest"]:
         raise AdmissionAborted("the source ConfigMap no longer matches the Run's digest")
     return source
-
-
-async def reserve(ctx: Context, run: Obj, participant: dict[str, Any]) -> None:
-    """Reserve one Node for ``run`` (idempotent), or raise AdmissionAborted."""
-    uid = run["metadata"]["uid"]
-    for _ in range(NODE_PATCH_ATTEMPTS):
-        node = await ctx.kube.get_or_none(_node_path(participant["nodeName"]))
-        if node is None or node["metadata"]["uid"] != participant["nodeUID"]:
-            raise AdmissionAborted(f"Node {participant['nodeName']} is gone or was replaced")
-        view = node_view(node)
-        if view.reservation is not None:
-            if view.reservation.run_uid == uid:
-                return
-            raise AdmissionAborted(f"Node {view.name} is reserved by Run {view.reservation.run_name}")
-        if view.unschedulable or not view.ready:
-            raise AdmissionAborted(f"Node {view.name} is cordoned by someone else or not Ready")
-        try:
-            await ctx.kube.merge_patch(_node_path(view.name), reservation_patch(node, run, participant["index"]))
-            return
-        except Conflict:
-            continue
-    raise AdmissionAborted(f"Node {participant['nodeName']} kept changing; could not reserve it")
-
-
-async def release_nodes(
-    ctx: Context, run: Obj, *, restore_request: bool = False, next_attempt: int | None = None
-) -> None:
-    """Remove ``run``'s reservation from every participant that still carries it."""
-    for participant in run["spec"]["participants"]:
-        await release_node(
-            ctx,
-            participant["nodeName"],
-            run["metadata"]["uid"],
-            restore_request=restore_request,
-            next_attempt=next_attempt,
-        )
-
-
-async def release_node(
-    ctx: Context, name: str, run_uid: str, *, restore_request: bool = False, next_attempt: int | None = None
-) -> None:
-    for _ in range(NODE_PATCH_ATTEMPTS):
-        node = await ctx.kube.get_or_none(_node_path(name))
-        if node is None:
-            return
-        patch = release_patch(node, run_uid, restore_request=restore_request, next_attempt=next_attempt)
-        if patch is None:
-            return
-        try:
-            await ctx.kube.merge_patch(_node_path(name), patch)
-            log.info("node released", node=name, run_uid=run_uid)
-            return
-        except Conflict:
-            continue
-    raise Conflict(409, "Conflict", f"Node {name} kept changing while releasing Run {run_uid}")
-
-
-async def rollback(ctx: Context, run: Obj, why: str) -> None:
-    """Undo an admission: release reservations, delete the Run, drop its ledger group."""
-    name = run["metadata"]["name"]
-    log.warning("rolling back admission", run=name, reason=why)
-    await release_nodes(ctx, run, restore_request=True)
-    with contextlib.suppress(NotFound, Conflict):
-        await ctx.kube.delete(ctx.run_path(name), uid=run["metadata"]["uid"], propagation="Background")
-    ledger = await ctx.read_ledger()
-    if name in ledger.groups:
-        await ctx.write_ledger(ledger.without(name))
 
 
 async def submit_workflow(ctx: Context, run: Obj) -> Obj:

@@ -9,7 +9,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller import metrics
-from controller.admission import AdmissionAborted, admit
+from controller.admission import admit
+from controller.reservations import AdmissionAborted
 from controller.selection import Selection, Shortfall, select_participants
 from controller.sources import SourceCheck, verify_source
 from controller.state import Context, log

@@ -7,7 +7,7 @@
 * a Workflow whose Run is missing (or has another uid) is deleted.
 Half-admitted Runs are finished or rolled back by ``runs.reconcile_run``."""
 
-from controller.admission import release_node
+from controller.reservations import release_node
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound

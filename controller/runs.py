@@ -17,9 +17,10 @@ import contextlib
 
 from controller import events
 from controller.accept import accept
-from controller.admission import AdmissionAborted, complete_admission, release_nodes, submit_workflow
+from controller.admission import complete_admission, submit_workflow
 from controller.lifecycle import clean_children
 from controller.nextaction import SHUTDOWN, Action, deadline_passed, next_action
+from controller.reservations import AdmissionAborted, release_nodes
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import NotFound
