@@ -11,6 +11,7 @@ import contextlib
 import os
 import random
 import signal
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,8 @@ from shared.digests import bundle_digest
 from tests.chaos.recorder import Recorder
 from tests.controller_support import ControllerProcess
 
+ADAPTER_WAIT = 20.0
+"""Seconds kill-adapter waits for an adapter to run (one runs only while a check does)."""
 KINDS = (
     "kill-leader",
     "pause-leader",
@@ -169,14 +172,29 @@ class Injector:
         return True
 
     async def _kill_adapter(self) -> bool:
-        victims = [pid for pid, argv in _processes() if "signal-adapter" in argv and self.namespace in argv]
-        if not victims:
-            return False
+        """SIGKILL a running adapter of this namespace (the process itself, not Argo's emissary
+        around it); an adapter runs only while a check does, so wait up to ADAPTER_WAIT for one."""
+        deadline = time.monotonic() + ADAPTER_WAIT
+        while not (victims := self._adapters()):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.5)
         pid = self.rng.choice(victims)
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         self.recorder.fault("kill-adapter", pid=pid)
         return True
+
+    def _adapters(self) -> list[int]:
+        found = []
+        for pid, argv in _processes():
+            words = argv.split()
+            if (
+                any(Path(w).name == "signal-adapter" for w in words[:2])
+                and f"--run-namespace {self.namespace} " in argv
+            ):
+                found.append(pid)
+        return found
 
     async def _backend(self) -> list[tuple[str, Obj]]:
         found: list[tuple[str, Obj]] = []
