@@ -17,13 +17,23 @@ lint: deps
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-deps: $(VENV)/.installed
+# A virtual environment belongs to the path it was made at: its scripts' interpreter lines and
+# the editable install name that path. A checkout copied or moved elsewhere (CI runs a copy)
+# gets a fresh one instead of running the old path's scripts and code.
+VENV_STAMP := $(VENV)/.installed-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
+
+deps: $(VENV_STAMP)
 	@hack/install-system-deps.sh
 
-$(VENV)/.installed: pyproject.toml
+$(VENV_STAMP): pyproject.toml
+	@if [ -d $(VENV) ] && [ "$$(cat $(VENV)/.path 2>/dev/null)" != "$(CURDIR)" ]; then \
+		echo "$(VENV) was made at $$(cat $(VENV)/.path 2>/dev/null || echo 'another path'); making it anew here"; \
+		rm -rf $(VENV); \
+	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -e '.[dev]'
+	printf '%s\n' "$(CURDIR)" > $(VENV)/.path
 	touch $@
 
 kplane:

@@ -7,6 +7,7 @@ cluster with every upstream CRD: Argo's from the Argo module the build downloads
 from that source tree. A Pod in a private mount namespace (as Argo's executor runs) then imports
 the copy's own code from under /tmp (issue 11, 2.10: any checkout path works)."""
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -86,10 +87,12 @@ def test_a_clone_under_tmp_with_only_the_mpi_operator_source_beside_it_sets_up_a
     assert sorted(p.name for p in (tmp_path / "shared").iterdir()) == ["upstream-src"]
     assert sorted(p.name for p in (tmp_path / "shared" / "upstream-src").iterdir()) == ["mpi-operator-v0.8.0"]
     # The Python environment is this one (the package registry is not the subject here): the
-    # copy's .venv is stamped installed, its bin/ is ours; PYTHONPATH makes the copy's code win.
+    # copy's .venv is stamped installed for the copy's path (Makefile: VENV_STAMP), its bin/ is
+    # ours; PYTHONPATH makes the copy's code win.
     (copy / ".venv").mkdir()
     (copy / ".venv" / "bin").symlink_to(Path(sys.executable).parent)
-    (copy / ".venv" / ".installed").touch()
+    (copy / ".venv" / ".path").write_text(f"{copy}\n")
+    (copy / ".venv" / f".installed-{hashlib.sha256(str(copy).encode()).hexdigest()[:16]}").touch()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNAL_")}
     env |= {
         "SIGNAL_KPLANE_DIR": str(REPO_ROOT / ".cache" / "kplane"),
