@@ -11,6 +11,7 @@ the same etcd.
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -19,12 +20,22 @@ import pytest
 from kubeio.client import Kube, resource_path
 from kubeio.informer import Informer
 from localcluster.cluster import LocalCluster
-from localcluster.controlplane import free_port
+from localcluster.controlplane import ControlPlane, free_port
 from localcluster.kube import KubeClient
 from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
 
 OUTAGE = 10.0
 pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+async def cluster() -> AsyncIterator[LocalCluster]:
+    """This file's own cluster (``admin`` and ``namespace`` follow it): stopping the API server
+    cuts every watch of every component, and the session's shared cluster would pass that on to
+    the next tests (Argo's informer, re-listing with backoff, then answered a WorkflowTemplate
+    created just after with "not found", and test_argo_local failed)."""
+    async with LocalCluster(plane=ControlPlane(), heartbeat_seconds=5.0, with_argo=False) as local:
+        yield local
 
 
 async def _outage(cluster: LocalCluster, during: "asyncio.Future[None] | None" = None) -> float:

@@ -6,6 +6,7 @@ removes its Pods or MPIJobs with the same evidence-first quiescence; the Run end
 with ``WorkloadCleanupComplete=True``, no backend workload left and its group still reserved
 (until ``spec.release``)."""
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import free_port
-from localcluster.kube import KubeClient, Obj, resource_path
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
 from shared.digests import bundle_digest
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
@@ -75,14 +76,15 @@ async def backend_workloads(admin: KubeClient, namespace: str, uid: str) -> list
     ]
 
 
-@pytest.mark.parametrize("backend", ["Pod", "MPIJob"])
-async def test_cancel_mid_check_ends_canceled_with_every_workload_removed(
-    world: World, admin: KubeClient, tmp_path: Path, backend: str
-) -> None:
-    profile = f"{world.namespace}-cancel"
-    names = world.node_names(2)
-    await world.add_nodes(names, requested_for=profile)
-    checks = [slow_check(backend), {**slow_check("Pod"), "name": "never"}]
+@contextlib.asynccontextmanager
+async def check_running(
+    world: World, tmp_path: Path, suffix: str, checks: list[dict[str, Any]], *, workers: bool = False
+) -> AsyncIterator[tuple[ControllerProcess, Obj]]:
+    """Two Nodes requested for a profile of ``checks``, the controller started, and its Run's
+    first check running on both (its Pods, or with ``workers`` its MPI workers); the controller
+    stops on the way out."""
+    profile = f"{world.namespace}-{suffix}"
+    await world.add_nodes(world.node_names(2), requested_for=profile)
     await world.add_profile(profile_body(profile, world.namespace, 2, digest=bundle_digest(SCRIPTS, {}), checks=checks))
     controller = ControllerProcess(
         world.cluster,
@@ -96,51 +98,69 @@ async def test_cancel_mid_check_ends_canceled_with_every_workload_removed(
     try:
         runs = await eventually(world.runs, timeout=60, what=f"a Run\n{controller.logs()}")
         run: Obj = runs[0]
-        uid = run["metadata"]["uid"]
-        workers = "worker" if backend == "MPIJob" else None
+        selector = f"{keys.RUN_UID_LABEL}={run['metadata']['uid']}"
 
-        async def check_running() -> list[Obj] | None:
-            selector = f"{keys.RUN_UID_LABEL}={uid}"
-            pods = (await admin.get(resource_path("v1", "pods", world.namespace), labelSelector=selector))["items"]
-            live = [p for p in pods if p.get("status", {}).get("phase") == "Running"]
+        async def running() -> list[Obj] | None:
+            pods = await world.admin.get(resource_path("v1", "pods", world.namespace), labelSelector=selector)
+            live = [p for p in pods["items"] if p.get("status", {}).get("phase") == "Running"]
             if workers:
-                live = [p for p in live if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == workers]
+                live = [p for p in live if p["metadata"]["labels"].get("training.kubeflow.org/job-role") == "worker"]
             return live if len(live) == 2 else None
 
-        await eventually(check_running, timeout=120, interval=0.5, what=f"the check running\n{controller.logs()}")
+        await eventually(running, timeout=120, interval=0.5, what=f"the check running\n{controller.logs()}")
+        yield controller, run
+    finally:
+        controller.stop()
+
+
+async def canceled(world: World, controller: ControllerProcess, run: Obj, timeout: float) -> Obj:
+    """The Run once Canceled; else an error with its status, what workloads are left and the logs."""
+    path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, world.namespace, run["metadata"]["name"])
+
+    async def ended() -> Obj | None:
+        current: Obj = await world.admin.get(path)
+        return current if (current.get("status") or {}).get("phase") == "Canceled" else None
+
+    try:
+        return await eventually(ended, timeout=timeout, interval=1.0, what="Canceled")
+    except AssertionError as exc:
+        workflow: Obj | None = None
+        with contextlib.suppress(ApiError):
+            workflow = await world.admin.get(
+                resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, world.namespace, run["metadata"]["name"])
+            )
+        state = {
+            "run": (await world.admin.get(path)).get("status"),
+            "workflow": {k: ((workflow or {}).get("status") or {}).get(k) for k in ("phase", "message")},
+            "left": await backend_workloads(world.admin, world.namespace, run["metadata"]["uid"]),
+        }
+        raise AssertionError(f"{exc}\n{state}\n{controller.logs()}\n{await step_logs(world)}") from None
+
+
+@pytest.mark.parametrize("backend", ["Pod", "MPIJob"])
+async def test_cancel_mid_check_ends_canceled_with_every_workload_removed(
+    world: World, admin: KubeClient, tmp_path: Path, backend: str
+) -> None:
+    checks = [slow_check(backend), {**slow_check("Pod"), "name": "never"}]
+    async with check_running(world, tmp_path, "cancel", checks, workers=backend == "MPIJob") as (controller, run):
+        uid = run["metadata"]["uid"]
         path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, world.namespace, run["metadata"]["name"])
         await admin.merge_patch(path, {"spec": {"cancel": True}})
-
-        async def canceled() -> Obj | None:
-            current: Obj = await admin.get(path)
-            return current if (current.get("status") or {}).get("phase") == "Canceled" else None
-
-        try:
-            current = await eventually(canceled, timeout=120, interval=1.0, what="Canceled")
-        except AssertionError as exc:
-            workflow = await admin.get(
-                resource_path("argoproj.io/v1alpha1", "workflows", world.namespace, run["metadata"]["name"])
-            )
-            state = {
-                "run": (await admin.get(path)).get("status"),
-                "workflow": {k: workflow.get("status", {}).get(k) for k in ("phase", "message")},
-                "left": await backend_workloads(admin, world.namespace, uid),
-            }
-            raise AssertionError(f"{exc}\n{state}\n{controller.logs()}\n{await step_logs(world)}") from None
+        current = await canceled(world, controller, run, timeout=120)
         conditions = {c["type"]: c for c in current["status"]["conditions"]}
         assert conditions["WorkloadCleanupComplete"]["status"] == "True", conditions
         assert await backend_workloads(admin, world.namespace, uid) == []
         # The adapter removed them itself, evidence first: the interrupted check's evidence.
-        evidence_name = f"{run['metadata']['name']}-c0-evidence"
-        stored = await admin.get(resource_path("v1", "configmaps", world.namespace, evidence_name))
+        stored = await admin.get(
+            resource_path("v1", "configmaps", world.namespace, keys.check_evidence_name(run["metadata"]["name"], 0))
+        )
         evidence, _ = decode_document(stored, CHECK_EVIDENCE_SCHEMA)
         assert evidence["cleanup"]["state"] == "Complete"
         assert evidence["verdict"] == "Inconclusive"
         assert evidence["reason"].startswith("Interrupted:")
         # The second check never started; the group stays reserved until spec.release.
         configmaps = (await admin.get(resource_path("v1", "configmaps", world.namespace)))["items"]
-        assert f"{run['metadata']['name']}-c1-results" not in [c["metadata"]["name"] for c in configmaps]
-        for node in await world.nodes(names):
+        results = keys.check_results_name(run["metadata"]["name"], 1)
+        assert results not in [c["metadata"]["name"] for c in configmaps]
+        for node in await world.nodes(world.node_names(2)):
             assert reserved_by(node) == uid
-    finally:
-        controller.stop()
