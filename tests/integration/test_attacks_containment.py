@@ -144,6 +144,11 @@ def _portal_labels(meta: Obj, spec: Obj) -> None:
     meta["labels"].update(PORTAL_LABELS)
 
 
+def _foreign_label(meta: Obj, spec: Obj) -> None:
+    # Services commonly select `app: <name>`: a backend Pod with it would join another Service.
+    meta["labels"]["app"] = "frontend"
+
+
 def _privileged(meta: Obj, spec: Obj) -> None:
     spec["containers"][0]["securityContext"].update(privileged=True, allowPrivilegeEscalation=True)
 
@@ -163,6 +168,7 @@ def _foreign_image(meta: Obj, spec: Obj) -> None:
 
 ATTACKS: dict[str, Callable[[Obj, Obj], None]] = {
     "portal-labels": _portal_labels,
+    "foreign-label": _foreign_label,
     "privileged": _privileged,
     "host-path": _host_path,
     "capability-outside-the-list": _added_capability,
