@@ -14,8 +14,8 @@ import pytest
 from controller.accept import reported_digests
 from controller.lifecycle import DEFAULT_KEEP, due_for_recertification, expired_runs
 from controller.manifests import release_patch, reservation_patch
-from controller.nodes import RESERVED_TAINT_KEY, NodeView, node_view
 from controller.nextaction import deadline_passed
+from controller.nodes import RESERVED_TAINT_KEY, NodeView, node_view
 from controller.state import workflow_view
 from shared import keys
 from tests.unit.node_builders import NodeBuilder, make_node
