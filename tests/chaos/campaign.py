@@ -328,21 +328,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep each seed's work directory (history.jsonl, logs)")
     args = parser.parse_args(argv)
     reports = []
+    crashed: list[int] = []
     for seed in _seeds(args.seeds):
         workdir = Path(tempfile.mkdtemp(prefix=f"signal-chaos-{seed}-"))
         print(f"seed {seed}: {args.faults} faults over {args.span:.0f}s; work dir {workdir}", flush=True)
         # The local cluster's own logs go to a file in the work directory, not the report.
         log = (workdir / "local-cluster.log").open("a", encoding="utf-8")
         structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=log))
-        report = asyncio.run(run_seed(seed, args.faults, args.span, workdir))
+        try:
+            report = asyncio.run(run_seed(seed, args.faults, args.span, workdir))
+        except Exception as exc:  # the harness itself failed: say so, keep the work dir, go on
+            print(f"seed {seed}: the campaign itself failed ({type(exc).__name__}: {exc}); see {workdir}", flush=True)
+            crashed.append(seed)
+            continue
         print("\n".join(report.lines()), flush=True)
         reports.append(report)
         if not args.keep and not report.violations:
             shutil.rmtree(workdir, ignore_errors=True)
     total = sum(sum(r.faults.values()) for r in reports)
     bad = sum(len(r.violations) for r in reports)
-    print(f"campaign: {len(reports)} seeds, {total} faults injected, {bad} violations")
-    return 1 if bad else 0
+    print(
+        f"campaign: {len(reports)} seeds, {total} faults injected, {bad} violations"
+        + (f"; seeds {crashed} did not complete" if crashed else "")
+    )
+    return 1 if bad or crashed else 0
 
 
 if __name__ == "__main__":

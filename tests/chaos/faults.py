@@ -24,6 +24,8 @@ from shared.digests import bundle_digest
 from tests.chaos.recorder import Recorder
 from tests.controller_support import ControllerProcess
 
+OUTAGE_WAIT = 120.0
+"""Seconds an undo (Argo's restart) waits out an API server another fault stopped."""
 ADAPTER_WAIT = 20.0
 """Seconds kill-adapter waits for an adapter to run (one runs only while a check does)."""
 KINDS = (
@@ -165,7 +167,17 @@ class Injector:
         self.recorder.fault("stop-argo")
 
         async def restart() -> None:
-            await argo.start()
+            # Another fault may have the API server down right now: wait it out, as an
+            # operator restarting Argo would (its start writes its ConfigMap first).
+            deadline = time.monotonic() + OUTAGE_WAIT
+            while True:
+                try:
+                    await argo.start()
+                    break
+                except ApiError as exc:  # TransportError (no answer) included
+                    if time.monotonic() > deadline or not (exc.retryable or exc.status >= 500):
+                        raise
+                    await asyncio.sleep(1.0)
             self.recorder.fault("start-argo")
 
         self.later(self.rng.uniform(3, 10), restart)
