@@ -19,11 +19,11 @@ from controller import events
 from controller.accept import accept
 from controller.admission import complete_admission, submit_workflow
 from controller.lifecycle import clean_children
-from controller.nextaction import SHUTDOWN, Action, deadline_passed, next_action
+from controller.nextaction import FINISHED_WORKFLOW_PHASES, SHUTDOWN, Action, deadline_passed, next_action
 from controller.reservations import AdmissionAborted, release_nodes
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
-from kubeio.errors import NotFound
+from kubeio.errors import Conflict, NotFound
 from shared import keys
 from shared.conditions import set_condition
 from shared.run import Phase
@@ -56,6 +56,8 @@ async def reconcile_run(ctx: Context, run: Obj) -> None:
     elif action is Action.ACCEPT:
         if not await workloads_remain(ctx, run):
             await accept(ctx, run, cached, deadline_passed=False)
+        elif cached is not None and await _backend_workloads(ctx, run):
+            await _retire_stranding_workflow(ctx, run, cached)
     elif action is Action.CONFIRM_WORKFLOW_GONE:
         await _workflow_gone(ctx, run)
     elif action in (Action.STOP_WORKFLOW, Action.ACCEPT_AFTER_DEADLINE):
@@ -160,6 +162,42 @@ async def _resubmit_for_cleanup(ctx: Context, run: Obj) -> None:
     await submit_workflow(ctx, run)
 
 
+MAX_CLEANUP_RESUBMITS = 3
+"""How many times a finished Workflow that left workloads behind is replaced (then the Run's
+WorkloadsRemain condition leaves them to the operator)."""
+
+
+async def _retire_stranding_workflow(ctx: Context, run: Obj, workflow: Obj) -> None:
+    """The Run's Workflow has finished while backend workloads of the Run remain: its exit
+    handler's sweep did not remove them (it failed during an outage, its adapter was killed, or
+    the Workflow was terminated, which skips exit handlers) and nothing else will. Delete that
+    Workflow; the next pass finds it gone and submits it again (``_resubmit_for_cleanup``),
+    whose adapter removes them. At most MAX_CLEANUP_RESUBMITS times per Run. Found by the fault
+    campaign (issue 14, seed 4: kill-adapter mid-check, then the sweep failed in an API outage;
+    two Runs waited in WorkloadsRemain for ever)."""
+    conditions = (run.get("status") or {}).get("conditions") or []
+    done = next((c for c in conditions if c.get("type") == "WorkflowResubmitted"), None)
+    count = int(str((done or {}).get("message", "0")).split(" ", 1)[0] or 0) if done else 0
+    name = run["metadata"]["name"]
+    if count >= MAX_CLEANUP_RESUBMITS:
+        log.warning("workloads remain after every resubmitted workflow; leaving them to the operator", run=name)
+        return
+    updated = set_condition(
+        conditions,
+        type_="WorkflowResubmitted",
+        status=True,
+        reason="StrandedWorkloads",
+        message=f"{count + 1} time(s): the finished Workflow left backend workloads; it is replaced to remove them",
+        generation=run["metadata"].get("generation"),
+        now=ctx.clock(),
+    )
+    await ctx.patch_run_status(run, {"conditions": updated})
+    log.warning("workflow finished but left backend workloads; deleting it to submit it again", run=name)
+    path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, workflow["metadata"]["name"])
+    with contextlib.suppress(NotFound, Conflict):
+        await ctx.kube.delete(path, uid=workflow["metadata"]["uid"], propagation="Background")
+
+
 async def cancel(ctx: Context, run: Obj) -> None:
     """Ask Argo to stop the Workflow (``Stop``: its exit handler removes the interrupted
     check's workloads); end Canceled once no backend workload remains."""
@@ -175,6 +213,9 @@ async def cancel(ctx: Context, run: Obj) -> None:
     remaining = await _backend_workloads(ctx, run)
     if remaining and workflow is None and (run.get("status") or {}).get("workflow"):
         await _resubmit_for_cleanup(ctx, run)
+        return
+    if remaining and workflow is not None and (workflow.get("status") or {}).get("phase") in FINISHED_WORKFLOW_PHASES:
+        await _retire_stranding_workflow(ctx, run, workflow)
         return
     now = ctx.clock()
     conditions = run.get("status", {}).get("conditions") or []
