@@ -126,7 +126,9 @@ def test_demo_certifies_end_to_end_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
         }, output
         # The release was seen before the report, and the progress showed each check Node by Node.
         assert output.index("(Nodes released)") < output.index("==> Runs"), output
-        assert re.search(r"check 3/3 burn-in \(Pod\): [0-2]/2 Nodes done", output), output
+        # (A check whose Pods all finish between two looks shows only its verdict line: under
+        # load that can be any one check, so the progress is asserted for some check.)
+        assert re.search(r"check [1-3]/3 [a-z-]+ \((Pod|MPIJob)\): [0-2]/2 Nodes done", output), output
         assert output.count(": evidence verified") == 2, output
         # The demo ends with the portal serving those results (read-only, as signal-portal).
         assert "the portal (read-only, as signal-portal" in output
