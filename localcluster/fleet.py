@@ -126,23 +126,25 @@ async def create_nodes(
     concurrency: int = 32,
     progress: Callable[[int], None] | None = None,
 ) -> list[Obj]:
-    """Create every Node (with its status) concurrently; returns the created objects."""
+    """Create every Node (with its status) concurrently; returns the created objects in the
+    order of ``nodes`` (not in the order the creations finished: callers index them)."""
     semaphore = asyncio.Semaphore(concurrency)
-    created: list[Obj] = []
+    done = 0
     path = resource_path("v1", "nodes")
 
-    async def one(node: SimNode) -> None:
+    async def one(node: SimNode) -> Obj:
+        nonlocal done
         async with semaphore:
             manifest = node.manifest()
             obj = await kube.create(path, manifest)
             if not obj.get("status", {}).get("allocatable"):
                 obj = await kube.merge_patch(f"{path}/{node.name}/status", {"status": manifest["status"]})
-            created.append(obj)
+            done += 1
             if progress:
-                progress(len(created))
+                progress(done)
+            return obj
 
-    await asyncio.gather(*(one(n) for n in nodes))
-    return created
+    return list(await asyncio.gather(*(one(n) for n in nodes)))
 
 
 async def set_ready(kube: KubeClient, name: str, ready: bool) -> Obj:

@@ -11,8 +11,10 @@ from localcluster.kube import KubeClient, resource_path
 
 async def test_nodes_carry_gpu_rdma_zone_and_rack(cluster: LocalCluster, admin: KubeClient) -> None:
     prefix = f"fleet-{uuid.uuid4().hex[:5]}"
-    created = await cluster.add_nodes(standard_fleet(6, prefix=prefix))
-    assert len(created) == 6
+    fleet = standard_fleet(6, prefix=prefix)
+    created = await cluster.add_nodes(fleet)
+    # In the order asked for, not the order the creations finished (tests index the result).
+    assert [n["metadata"]["name"] for n in created] == [n.name for n in fleet]
     listing = await admin.get(resource_path("v1", "nodes"), labelSelector="projectsignal.dev/simulated=true")
     ours = [n for n in listing["items"] if n["metadata"]["name"].startswith(prefix)]
     assert len(ours) == 6
