@@ -45,9 +45,7 @@ async def admit(
         default=1,
     )
     ghash = group_hash(profile.metadata.uid or "", attempt, selection.nodes)
-    ordinal = 1 + sum(
-        1 for r in ctx.runs.items.values() if r["metadata"].get("labels", {}).get(GROUP_HASH_LABEL) == ghash
-    )
+    ordinal = 1 + sum(1 for r in ctx.runs.items.values() if r.labels.get(GROUP_HASH_LABEL) == ghash)
     name = run_name(profile.metadata.name, ghash, ordinal)
     bound = log.bind(run=name, profile=profile.metadata.name, nodes=len(selection.nodes))
     await ctx.write_ledger(

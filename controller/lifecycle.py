@@ -9,13 +9,13 @@ from datetime import datetime, timedelta
 
 from controller.nodes import NodeView
 from controller.reassert import record_of
+from controller.runview import RunView
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
 from shared import certified, keys
 from shared.conditions import is_true, set_condition
 from shared.durations import DurationError, parse_duration
-from shared.run import TERMINAL_PHASES
 
 DEFAULT_KEEP = 10
 
@@ -47,20 +47,16 @@ def due_for_recertification(
     return sorted(due)
 
 
-def expired_runs(runs: Iterable[Obj], keep: dict[str, int]) -> list[Obj]:
+def expired_runs(runs: Iterable[RunView], keep: dict[str, int]) -> list[RunView]:
     """Terminal, released Runs beyond each profile's retention (newest kept). Runs still
     holding their group are never expired: deleting them would release the Nodes."""
-    by_profile: dict[str, list[Obj]] = {}
+    by_profile: dict[str, list[RunView]] = {}
     for run in runs:
-        status = run.get("status") or {}
-        if status.get("phase") not in TERMINAL_PHASES or not is_true(status.get("conditions") or [], "Released"):
-            continue
-        by_profile.setdefault(run["spec"]["profile"]["name"], []).append(run)
+        if run.terminal and run.is_true("Released"):
+            by_profile.setdefault(run.profile_name, []).append(run)
     expired = []
     for profile, finished in by_profile.items():
-        finished.sort(
-            key=lambda r: (r.get("status", {}).get("completionTime") or "", r["metadata"]["name"]), reverse=True
-        )
+        finished.sort(key=lambda r: (r.completion_time, r.name), reverse=True)
         expired += finished[keep.get(profile, DEFAULT_KEEP) :]
     return expired
 
@@ -96,10 +92,8 @@ async def enforce_retention(ctx: Context) -> None:
     }
     for run in expired_runs(ctx.runs.items.values(), keep):
         with contextlib.suppress(NotFound, Conflict):
-            await ctx.kube.delete(
-                ctx.run_path(run["metadata"]["name"]), uid=run["metadata"]["uid"], propagation="Background"
-            )
-            log.info("terminal run deleted by retention", run=run["metadata"]["name"])
+            await ctx.kube.delete(ctx.run_path(run.name), uid=run.uid, propagation="Background")
+            log.info("terminal run deleted by retention", run=run.name)
 
 
 async def clean_children(ctx: Context, run: Obj) -> None:

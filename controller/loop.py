@@ -36,6 +36,7 @@ from controller.reassert import reassert_projections
 from controller.recovery import recover
 from controller.requeue import STALE_RECHECK, run_requeue, stale_after_own_write
 from controller.runs import reconcile_run
+from controller.runview import RunView
 from controller.state import Context, NotLeader, log
 from controller.workqueue import (
     Backoff,
@@ -76,7 +77,7 @@ GROUPS = Key(Kind.GROUPS)
 
 
 def _version(obj: Any) -> str:
-    if isinstance(obj, NodeView):
+    if isinstance(obj, NodeView | RunView):
         return obj.resource_version
     if isinstance(obj, dict):
         return str((obj.get("metadata") or {}).get("resourceVersion") or "")
@@ -106,16 +107,13 @@ class Controller:
 
     # -- what a change affects -----------------------------------------------------------
 
-    def _on_run(self, key: str, old: Obj | None, new: Obj | None) -> None:
+    def _on_run(self, key: str, old: RunView | None, new: RunView | None) -> None:
         name = key.rpartition("/")[2]
         self.queue.add(Key(Kind.RUN, name))
-        before = ((old or {}).get("status") or {}).get("phase")
-        after = ((new or {}).get("status") or {}).get("phase")
-        if old is None or new is None or before != after:
-            for obj in (old, new):
-                profile = ((obj or {}).get("spec") or {}).get("profile") or {}
-                if isinstance(profile, dict) and profile.get("name"):
-                    self.queue.add(Key(Kind.PROFILE, str(profile["name"])))
+        if old is None or new is None or old.phase != new.phase:
+            for view in (old, new):
+                if view is not None and view.profile_name:
+                    self.queue.add(Key(Kind.PROFILE, view.profile_name))
             self.queue.add(GROUPS)
 
     def _on_profile(self, key: str, old: Obj | None, new: Obj | None) -> None:
@@ -123,8 +121,8 @@ class Controller:
         self.queue.add(Key(Kind.PROFILE, name))
         if _generation(old) != _generation(new):
             for run in self.ctx.runs.items.values():
-                if ((run.get("spec") or {}).get("profile") or {}).get("name") == name:
-                    self.queue.add(Key(Kind.RUN, run["metadata"]["name"]))
+                if run.profile_name == name:
+                    self.queue.add(Key(Kind.RUN, run.name))
 
     def _on_node(self, key: str, old: NodeView | None, new: NodeView | None) -> None:
         for view in (old, new):
@@ -164,7 +162,7 @@ class Controller:
 
     def enqueue_all(self, *, resync: bool) -> None:
         every = [GROUPS]
-        every += [Key(Kind.RUN, r["metadata"]["name"]) for r in sorted_objects(self.ctx.runs.items.values())]
+        every += [Key(Kind.RUN, name) for name in sorted(r.name for r in self.ctx.runs.items.values())]
         every += [Key(Kind.PROFILE, p["metadata"]["name"]) for p in sorted_objects(self.ctx.profiles.items.values())]
         for key in every:
             if resync:
@@ -173,7 +171,7 @@ class Controller:
 
     # -- reconciling one key -------------------------------------------------------------
 
-    def _current(self, key: Key) -> Obj | None:
+    def _current(self, key: Key) -> RunView | Obj | None:
         if key.kind is Kind.RUN:
             return self.ctx.runs.items.get(f"{self.ctx.namespace}/{key.name}")
         if key.kind is Kind.PROFILE:
@@ -196,7 +194,9 @@ class Controller:
             if ended == _version(obj):
                 return Done()
             del self.ended[key]
-        if key.kind is Kind.RUN:
+        if isinstance(obj, RunView):
+            if obj.problem is not None:
+                raise TerminalError("MalformedRun", f"Run {obj.namespace}/{obj.name} cannot be read: {obj.problem}")
             if stale_after_own_write(obj, self.ctx.written.get(key.name), monotonic()):
                 return RequeueAfter(STALE_RECHECK)
             self.ctx.written.pop(key.name, None)
@@ -283,8 +283,8 @@ class Controller:
         bound.error("object cannot be reconciled; ending it", reason=reason, message=message[:500])
         metrics.ENDED.labels(key.kind.value).inc()
         try:
-            if key.kind is Kind.RUN:
-                written = await end_run(self.ctx, obj, reason, message)
+            if isinstance(obj, RunView):
+                written = await end_run(self.ctx, obj.raw, reason, message)
             else:
                 written = await end_profile(self.ctx, obj, reason, message)
         except FATAL:
@@ -302,9 +302,9 @@ class Controller:
 
     def refresh_metrics(self) -> None:
         ctx = self.ctx
-        uids = {r["metadata"]["uid"] for r in ctx.runs.items.values()}
+        uids = {r.uid for r in ctx.runs.items.values()}
         reserved = sum(1 for n in ctx.nodes.items.values() if n.reservation and n.reservation.run_uid in uids)
-        metrics.refresh(list(ctx.runs.items.values()), reserved)
+        metrics.refresh((r.phase for r in ctx.runs.items.values()), reserved)
 
     async def start(self, stop: asyncio.Event) -> None:
         """Take the fence and recover, retrying while the API server cannot be reached."""

@@ -18,6 +18,7 @@
 """
 
 from collections import Counter as Tally
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -54,8 +55,9 @@ PROJECTION_TAMPERED = Counter(
 )
 
 
-def refresh(runs: list[dict[str, Any]], reserved_nodes: int) -> None:
-    counts = Tally(((r.get("status") or {}).get("phase") or Phase.PENDING.value) for r in runs)
+def refresh(phases: Iterable[str], reserved_nodes: int) -> None:
+    """Set the Runs-by-phase and reserved-Nodes gauges (``phases``: one per Run)."""
+    counts = Tally(phases)
     for phase in Phase:
         RUNS.labels(phase=phase.value).set(counts.get(phase.value, 0))
     NODES_RESERVED.set(reserved_nodes)

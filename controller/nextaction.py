@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from shared.conditions import is_true
+from controller.runview import RunView
 from shared.run import TERMINAL_PHASES, Phase
 
 Obj = dict[str, Any]
@@ -46,52 +46,51 @@ class Action(StrEnum):
     WAIT = "Wait"
 
 
-def deadline_passed(run: Obj, now: datetime) -> bool:
-    started = (run.get("status") or {}).get("startTime")
-    if not started:
-        return False
-    began = datetime.fromisoformat(str(started).replace("Z", "+00:00"))
-    return now >= began + timedelta(seconds=int(run["spec"]["suiteDeadlineSeconds"]))
+def deadline(run: RunView) -> datetime | None:
+    """When the Run's suite deadline passes (None: not started)."""
+    if run.start_time is None or run.suite_deadline_seconds is None:
+        return None
+    return run.start_time + timedelta(seconds=run.suite_deadline_seconds)
 
 
-def own_workflow(run: Obj, workflow: Obj | None) -> Obj | None:
+def deadline_passed(run: RunView, now: datetime) -> bool:
+    passes = deadline(run)
+    return passes is not None and now >= passes
+
+
+def own_workflow(run: RunView, workflow: Obj | None) -> Obj | None:
     """``workflow`` if it is the one the Run recorded (same uid), else None."""
-    ref = (run.get("status") or {}).get("workflow") or {}
-    if workflow is None or not ref.get("uid") or (workflow.get("metadata") or {}).get("uid") != ref["uid"]:
+    if workflow is None or run.workflow is None or (workflow.get("metadata") or {}).get("uid") != run.workflow.uid:
         return None
     return workflow
 
 
-def retry_due(run: Obj, max_attempts: int) -> bool:
-    status = run.get("status") or {}
-    if status.get("phase") != Phase.INCONCLUSIVE or run["spec"].get("release"):
+def retry_due(run: RunView, max_attempts: int) -> bool:
+    if run.phase != Phase.INCONCLUSIVE or run.release:
         return False
-    conditions = status.get("conditions") or []
-    if is_true(conditions, "Released") or is_true(conditions, "RetryStarted"):
+    if run.is_true("Released") or run.is_true("RetryStarted"):
         return False
-    return int(run["spec"].get("attempt", 1)) < max_attempts
+    return run.attempt < max_attempts
 
 
-def next_action(run: Obj, workflow: Obj | None, now: datetime, *, max_attempts: int = 1) -> Action:
+def next_action(run: RunView, workflow: Obj | None, now: datetime, *, max_attempts: int = 1) -> Action:
     """The Run's next step. ``workflow``: the cached Workflow of the Run's name (checked here
     against the uid the Run recorded); ``max_attempts``: the profile's ``retries.maxAttempts``
     (1 when the profile is gone or is not the Run's)."""
-    status = run.get("status") or {}
-    phase = status.get("phase") or Phase.PENDING
-    conditions = status.get("conditions") or []
+    phase = run.phase
     if phase in TERMINAL_PHASES:
         if retry_due(run, max_attempts):
             return Action.RETRY
-        if (run["spec"].get("release") or phase == Phase.SUCCEEDED) and not is_true(conditions, "Released"):
+        if (run.release or phase == Phase.SUCCEEDED) and not run.is_true("Released"):
             return Action.RELEASE
-        return Action.NOTHING if is_true(conditions, "ResourcesCleaned") else Action.CLEAN_UP
-    if run["spec"].get("cancel"):
+        return Action.NOTHING if run.is_true("ResourcesCleaned") else Action.CLEAN_UP
+    if run.cancel:
         return Action.CANCEL
     if phase in {Phase.PENDING, Phase.ADMITTED}:
         return Action.COMPLETE_ADMISSION
     if phase != Phase.RUNNING:
         return Action.WAIT
-    if not (status.get("workflow") or {}).get("uid"):
+    if run.workflow is None:
         return Action.SUBMIT_WORKFLOW
     mine = own_workflow(run, workflow)
     if mine is None:

@@ -8,11 +8,11 @@
 Half-admitted Runs are finished or rolled back by ``runs.reconcile_run``."""
 
 from controller.reservations import release_node
+from controller.runview import RunView
 from controller.state import Context, log
-from kubeio.client import Obj, resource_path
+from kubeio.client import resource_path
 from kubeio.errors import Conflict, NotFound
 from shared import keys
-from shared.conditions import is_true
 
 
 async def _run_uid(ctx: Context, name: str, namespace: str) -> str | None:
@@ -23,7 +23,7 @@ async def _run_uid(ctx: Context, name: str, namespace: str) -> str | None:
 async def recover(ctx: Context) -> int:
     """One recovery pass; returns the number of repairs made."""
     repairs = 0
-    live_uids = {r["metadata"]["uid"] for r in ctx.runs.items.values()}
+    live_uids = {r.uid for r in ctx.runs.items.values()}
     for node in list(ctx.nodes.items.values()):
         held = node.reservation
         uid = held.run_uid if held else node.signal_taint_uid
@@ -38,12 +38,12 @@ async def recover(ctx: Context) -> int:
         await release_node(ctx, node.name, uid or node.signal_taint_uid or "", restore_request=True)
         repairs += 1
     ledger = await ctx.read_ledger()
-    runs_by_name = {r["metadata"]["name"]: r for r in ctx.runs.items.values()}
+    runs_by_name = {r.name: r for r in ctx.runs.items.values()}
     for name in sorted(ledger.groups):
         run = runs_by_name.get(name)
         if run is None and await _run_uid(ctx, name, ctx.namespace) is None:
             reason = "its Run does not exist"
-        elif run is not None and is_true((run.get("status") or {}).get("conditions") or [], "Released"):
+        elif run is not None and run.is_true("Released"):
             reason = "its Run was released"
         else:
             continue
@@ -54,7 +54,7 @@ async def recover(ctx: Context) -> int:
     return repairs
 
 
-async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, Obj]) -> int:
+async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, RunView]) -> int:
     """Delete Signal's Workflows whose Run is gone; the cache nominates, an uncached GET confirms."""
     repairs = 0
     path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace)
@@ -63,7 +63,7 @@ async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, Obj]) -
         labels = meta.get("labels") or {}
         run_name, run_uid = labels.get(keys.RUN_NAME_LABEL, ""), labels.get(keys.RUN_UID_LABEL)
         cached = runs_by_name.get(run_name)
-        if cached is not None and cached["metadata"]["uid"] == run_uid:
+        if cached is not None and cached.uid == run_uid:
             continue
         if await _run_uid(ctx, run_name, ctx.namespace) == run_uid:
             continue

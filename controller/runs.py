@@ -21,6 +21,7 @@ from controller.admission import complete_admission, submit_workflow
 from controller.lifecycle import clean_children
 from controller.nextaction import FINISHED_WORKFLOW_PHASES, SHUTDOWN, Action, deadline_passed, next_action
 from controller.reservations import AdmissionAborted, release_nodes
+from controller.runview import RunView
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
@@ -29,10 +30,10 @@ from shared.conditions import set_condition
 from shared.run import Phase
 
 
-async def reconcile_run(ctx: Context, run: Obj) -> None:
-    """Apply the Run's next action (controller/nextaction.py) and what it waits for."""
-    ref = (run.get("status") or {}).get("workflow") or {}
-    cached = ctx.workflows.items.get(f"{ctx.namespace}/{ref.get('name') or run['metadata']['name']}")
+async def reconcile_run(ctx: Context, run: RunView) -> None:
+    """Apply the Run's next action (controller/nextaction.py) and what it waits for. Decisions
+    read the typed view; writes and the modules that build manifests take ``run.raw``."""
+    cached = ctx.workflows.items.get(f"{ctx.namespace}/{run.workflow.name if run.workflow else run.name}")
     action = next_action(run, cached, ctx.clock(), max_attempts=_max_attempts(ctx, run))
     if action is Action.RETRY:
         await retry(ctx, run)
@@ -43,60 +44,62 @@ async def reconcile_run(ctx: Context, run: Obj) -> None:
             # from the object read before the release would drop Released again.
             await clean_children(ctx, released)
     elif action is Action.CLEAN_UP:
-        await clean_children(ctx, run)
+        await clean_children(ctx, run.raw)
     elif action is Action.CANCEL:
         await cancel(ctx, run)
     elif action is Action.COMPLETE_ADMISSION:
         try:
-            await complete_admission(ctx, run, None)
+            await complete_admission(ctx, run.raw, None)
         except AdmissionAborted as exc:
-            log.warning("half-admitted run rolled back", run=run["metadata"]["name"], reason=str(exc))
+            log.warning("half-admitted run rolled back", run=run.name, reason=str(exc))
     elif action is Action.SUBMIT_WORKFLOW:
-        await submit_workflow(ctx, run)
+        await submit_workflow(ctx, run.raw)
     elif action is Action.ACCEPT:
-        if not await workloads_remain(ctx, run):
-            await accept(ctx, run, cached, deadline_passed=False)
-        elif cached is not None and await _backend_workloads(ctx, run):
+        remaining = await _backend_workloads(ctx, run)  # listed once, for both questions
+        if not await wait_for_workloads(ctx, run, remaining):
+            await accept(ctx, run.raw, cached, deadline_passed=False)
+        elif remaining and cached is not None:
             await _retire_stranding_workflow(ctx, run, cached)
     elif action is Action.CONFIRM_WORKFLOW_GONE:
         await _workflow_gone(ctx, run)
     elif action in (Action.STOP_WORKFLOW, Action.ACCEPT_AFTER_DEADLINE):
-        if action is Action.STOP_WORKFLOW:
+        if action is Action.STOP_WORKFLOW and run.workflow is not None:
             await ctx.kube.merge_patch(
-                resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, ref["name"]),
-                {"metadata": {"uid": ref["uid"]}, "spec": {"shutdown": SHUTDOWN}},
+                resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, run.workflow.name),
+                {"metadata": {"uid": run.workflow.uid}, "spec": {"shutdown": SHUTDOWN}},
             )
-        log.warning("suite deadline passed; stopping the workflow", run=run["metadata"]["name"])
+        log.warning("suite deadline passed; stopping the workflow", run=run.name)
         if not await workloads_remain(ctx, run):
-            await accept(ctx, run, cached, deadline_passed=True)
+            await accept(ctx, run.raw, cached, deadline_passed=True)
 
 
-def _max_attempts(ctx: Context, run: Obj) -> int:
+def _max_attempts(ctx: Context, run: RunView) -> int:
     """The profile's retries.maxAttempts; 1 when the profile is gone or is not the Run's."""
-    profile = ctx.profiles.items.get(f"/{run['spec']['profile']['name']}")
-    if profile is None or profile["metadata"].get("uid") != run["spec"]["profile"]["uid"]:
+    profile = ctx.profiles.items.get(f"/{run.profile_name}")
+    if profile is None or profile["metadata"].get("uid") != run.profile_uid:
         return 1
     return int(((profile.get("spec") or {}).get("retries") or {}).get("maxAttempts", 1))
 
 
-async def _workflow_gone(ctx: Context, run: Obj) -> None:
+async def _workflow_gone(ctx: Context, run: RunView) -> None:
     """The cache has no Workflow of the Run's: confirm with an uncached read before concluding
     it is gone, then accept what evidence exists (once no backend workload remains)."""
-    ref = run["status"]["workflow"]
-    path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, ref["name"])
+    assert run.workflow is not None  # next_action: CONFIRM_WORKFLOW_GONE only with one recorded
+    path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, run.workflow.name)
     live = await ctx.kube.get_or_none(path)
-    if live is not None and live["metadata"]["uid"] == ref["uid"]:
+    if live is not None and live["metadata"]["uid"] == run.workflow.uid:
         return  # the cache is behind; its event brings the Run back
     if await workloads_remain(ctx, run):
         if live is None:
             await _resubmit_for_cleanup(ctx, run)
         return
-    log.warning("workflow of a running run is gone; accepting what evidence exists", run=run["metadata"]["name"])
-    await accept(ctx, run, None, deadline_passed=deadline_passed(run, ctx.clock()))
+    log.warning("workflow of a running run is gone; accepting what evidence exists", run=run.name)
+    await accept(ctx, run.raw, None, deadline_passed=deadline_passed(run, ctx.clock()))
 
 
-async def _backend_workloads(ctx: Context, run: Obj) -> list[str]:
-    selector = f"{keys.RUN_UID_LABEL}={run['metadata']['uid']}"
+async def _backend_workloads(ctx: Context, run: RunView) -> list[str]:
+    """Every Pod and MPIJob labelled with the Run's uid, as ``Kind/name`` (uncached reads)."""
+    selector = f"{keys.RUN_UID_LABEL}={run.uid}"
     found = []
     pods = await ctx.kube.get(resource_path("v1", "pods", ctx.namespace), labelSelector=selector)
     found += [f"Pod/{p['metadata']['name']}" for p in pods.get("items", [])]
@@ -105,13 +108,18 @@ async def _backend_workloads(ctx: Context, run: Obj) -> list[str]:
     return found
 
 
-async def workloads_remain(ctx: Context, run: Obj, *, before: str = "the Run ends") -> bool:
+async def workloads_remain(ctx: Context, run: RunView, *, before: str = "the Run ends") -> bool:
     """True (and ``WorkloadCleanupComplete=False``, ``WorkloadsRemain``) while any backend
     workload of the Run exists; False when none does."""
-    remaining = await _backend_workloads(ctx, run)
-    current = (run.get("status") or {}).get("conditions") or []
+    return await wait_for_workloads(ctx, run, await _backend_workloads(ctx, run), before=before)
+
+
+async def wait_for_workloads(ctx: Context, run: RunView, remaining: list[str], *, before: str = "the Run ends") -> bool:
+    """``workloads_remain`` for workloads already listed (``remaining``). Also True in the pass
+    that records the end of a wait: the next pass, with that status, goes on."""
+    current = list(run.conditions)
     if not remaining:
-        waited = next((c for c in current if c.get("type") == "WorkloadCleanupComplete"), None)
+        waited = run.condition("WorkloadCleanupComplete")
         if waited is None or waited.get("status") == "True":
             return False
         # Record the end of the wait first; the next pass (with this status) goes on.
@@ -121,11 +129,11 @@ async def workloads_remain(ctx: Context, run: Obj, *, before: str = "the Run end
             status=True,
             reason="NoWorkloads",
             message="no backend workload remains",
-            generation=run["metadata"].get("generation"),
+            generation=run.generation,
             now=ctx.clock(),
         )
         with contextlib.suppress(NotFound):
-            await ctx.patch_run_status(run, {"conditions": conditions})
+            await ctx.patch_run_status(run.raw, {"conditions": conditions})
         return True
     conditions = set_condition(
         current,
@@ -136,19 +144,19 @@ async def workloads_remain(ctx: Context, run: Obj, *, before: str = "the Run end
         + ", ".join(remaining[:5])
         + " (the adapter removes them; if no adapter step runs any more, delete them after taking what evidence "
         "you need)",
-        generation=run["metadata"].get("generation"),
+        generation=run.generation,
         now=ctx.clock(),
     )
     if conditions != current:
         try:
-            await ctx.patch_run_status(run, {"conditions": conditions})
+            await ctx.patch_run_status(run.raw, {"conditions": conditions})
         except NotFound:
             return True
-    log.info("backend workloads remain", run=run["metadata"]["name"], remaining=remaining[:5])
+    log.info("backend workloads remain", run=run.name, remaining=remaining[:5])
     return True
 
 
-async def _resubmit_for_cleanup(ctx: Context, run: Obj) -> None:
+async def _resubmit_for_cleanup(ctx: Context, run: RunView) -> None:
     """The Run's Workflow is gone (deleted) while backend workloads of the Run remain: nobody is
     left to remove them (the controller may not, and the Workflow's adapter step and exit handler
     went with it), so the Run would wait for ever. Submit the Workflow again (same name, same
@@ -157,9 +165,9 @@ async def _resubmit_for_cleanup(ctx: Context, run: Obj) -> None:
     workloads, evidence first. Found by the fault campaign (issue 14: delete-workflow mid-check)."""
     log.warning(
         "workflow gone while backend workloads remain; submitting it again so that its adapter removes them",
-        run=run["metadata"]["name"],
+        run=run.name,
     )
-    await submit_workflow(ctx, run)
+    await submit_workflow(ctx, run.raw)
 
 
 MAX_CLEANUP_RESUBMITS = 3
@@ -167,62 +175,57 @@ MAX_CLEANUP_RESUBMITS = 3
 WorkloadsRemain condition leaves them to the operator)."""
 
 
-async def _retire_stranding_workflow(ctx: Context, run: Obj, workflow: Obj) -> None:
+async def _retire_stranding_workflow(ctx: Context, run: RunView, workflow: Obj) -> None:
     """The Run's Workflow has finished while backend workloads of the Run remain: its exit
     handler's sweep did not remove them (it failed during an outage, its adapter was killed, or
     the Workflow was terminated, which skips exit handlers) and nothing else will. Delete that
     Workflow; the next pass finds it gone and submits it again (``_resubmit_for_cleanup``),
-    whose adapter removes them. At most MAX_CLEANUP_RESUBMITS times per Run. Found by the fault
-    campaign (issue 14, seed 4: kill-adapter mid-check, then the sweep failed in an API outage;
-    two Runs waited in WorkloadsRemain for ever)."""
-    conditions = (run.get("status") or {}).get("conditions") or []
-    done = next((c for c in conditions if c.get("type") == "WorkflowResubmitted"), None)
-    count = int(str((done or {}).get("message", "0")).split(" ", 1)[0] or 0) if done else 0
-    name = run["metadata"]["name"]
+    whose adapter removes them. At most MAX_CLEANUP_RESUBMITS times per Run, counted in
+    ``status.workflowResubmits``. Found by the fault campaign (issue 14, seed 4: kill-adapter
+    mid-check, then the sweep failed in an API outage; two Runs waited in WorkloadsRemain for
+    ever)."""
+    count = run.workflow_resubmits
     if count >= MAX_CLEANUP_RESUBMITS:
-        log.warning("workloads remain after every resubmitted workflow; leaving them to the operator", run=name)
+        log.warning("workloads remain after every resubmitted workflow; leaving them to the operator", run=run.name)
         return
     updated = set_condition(
-        conditions,
+        run.conditions,
         type_="WorkflowResubmitted",
         status=True,
         reason="StrandedWorkloads",
-        message=f"{count + 1} time(s): the finished Workflow left backend workloads; it is replaced to remove them",
-        generation=run["metadata"].get("generation"),
+        message=f"the finished Workflow left backend workloads; it was replaced to remove them ({count + 1} of at "
+        f"most {MAX_CLEANUP_RESUBMITS} times)",
+        generation=run.generation,
         now=ctx.clock(),
     )
-    await ctx.patch_run_status(run, {"conditions": updated})
-    log.warning("workflow finished but left backend workloads; deleting it to submit it again", run=name)
+    await ctx.patch_run_status(run.raw, {"conditions": updated, "workflowResubmits": count + 1})
+    log.warning("workflow finished but left backend workloads; deleting it to submit it again", run=run.name)
     path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, workflow["metadata"]["name"])
     with contextlib.suppress(NotFound, Conflict):
         await ctx.kube.delete(path, uid=workflow["metadata"]["uid"], propagation="Background")
 
 
-async def cancel(ctx: Context, run: Obj) -> None:
+async def cancel(ctx: Context, run: RunView) -> None:
     """Ask Argo to stop the Workflow (``Stop``: its exit handler removes the interrupted
     check's workloads); end Canceled once no backend workload remains."""
-    name = run["metadata"]["name"]
-    workflow = await ctx.kube.get_or_none(
-        resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, name)
-    )
+    name = run.name
+    path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, name)
+    workflow = await ctx.kube.get_or_none(path)
     if workflow is not None and workflow.get("spec", {}).get("shutdown") != SHUTDOWN:
         await ctx.kube.merge_patch(
-            resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, name),
-            {"metadata": {"uid": workflow["metadata"]["uid"]}, "spec": {"shutdown": SHUTDOWN}},
+            path, {"metadata": {"uid": workflow["metadata"]["uid"]}, "spec": {"shutdown": SHUTDOWN}}
         )
     remaining = await _backend_workloads(ctx, run)
-    if remaining and workflow is None and (run.get("status") or {}).get("workflow"):
+    if remaining and workflow is None and run.workflow is not None:
         await _resubmit_for_cleanup(ctx, run)
         return
     if remaining and workflow is not None and (workflow.get("status") or {}).get("phase") in FINISHED_WORKFLOW_PHASES:
         await _retire_stranding_workflow(ctx, run, workflow)
         return
-    now = ctx.clock()
-    conditions = run.get("status", {}).get("conditions") or []
-    generation = run["metadata"].get("generation")
+    now, generation = ctx.clock(), run.generation
     if remaining:
         conditions = set_condition(
-            conditions,
+            run.conditions,
             type_="WorkloadCleanupComplete",
             status=False,
             reason="WorkloadsRemain",
@@ -230,10 +233,10 @@ async def cancel(ctx: Context, run: Obj) -> None:
             generation=generation,
             now=now,
         )
-        await ctx.patch_run_status(run, {"conditions": conditions})
+        await ctx.patch_run_status(run.raw, {"conditions": conditions})
         return
     conditions = set_condition(
-        conditions,
+        run.conditions,
         type_="WorkloadCleanupComplete",
         status=True,
         reason="NoWorkloads",
@@ -242,7 +245,7 @@ async def cancel(ctx: Context, run: Obj) -> None:
         now=now,
     )
     await ctx.patch_run_status(
-        run,
+        run.raw,
         {
             "phase": Phase.CANCELED,
             "reason": "Canceled",
@@ -252,22 +255,22 @@ async def cancel(ctx: Context, run: Obj) -> None:
         },
     )
     log.info("run canceled", run=name)
-    await events.emit(ctx, events.run_ref(run), "RunCanceled", "canceled by spec.cancel", warning=True)
+    await events.emit(ctx, events.run_ref(run.raw), "RunCanceled", "canceled by spec.cancel", warning=True)
 
 
-async def retry(ctx: Context, run: Obj) -> None:
+async def retry(ctx: Context, run: RunView) -> None:
     """Start the next attempt of an Inconclusive Run: give its Nodes back with their
     request restored and the next attempt number, so admission takes them again if they
     are still eligible. The Run (and its evidence) stays for review."""
-    name, attempt = run["metadata"]["name"], int(run["spec"].get("attempt", 1))
+    name, attempt = run.name, run.attempt
     if await workloads_remain(ctx, run, before="a retry releases the group"):
         return
-    await release_nodes(ctx, run, restore_request=True, next_attempt=attempt + 1)
+    await release_nodes(ctx, run.raw, restore_request=True, next_attempt=attempt + 1)
     ledger = await ctx.read_ledger()
     if name in ledger.groups:
         await ctx.write_ledger(ledger.without(name))
-    now, generation = ctx.clock(), run["metadata"].get("generation")
-    conditions = run.get("status", {}).get("conditions") or []
+    now, generation = ctx.clock(), run.generation
+    conditions = list(run.conditions)
     for type_, reason, message in (
         ("RetryStarted", "RetryPolicy", f"attempt {attempt + 1} requested for the same Nodes"),
         ("Released", "ReleasedForRetry", "reservations removed so that the next attempt can admit the Nodes"),
@@ -275,35 +278,35 @@ async def retry(ctx: Context, run: Obj) -> None:
         conditions = set_condition(
             conditions, type_=type_, status=True, reason=reason, message=message, generation=generation, now=now
         )
-    await ctx.patch_run_status(run, {"conditions": conditions})
+    await ctx.patch_run_status(run.raw, {"conditions": conditions})
     log.info("retry started", run=name, next_attempt=attempt + 1)
-    await events.emit(ctx, events.run_ref(run), "RetryStarted", f"attempt {attempt + 1} requested", warning=True)
+    await events.emit(ctx, events.run_ref(run.raw), "RetryStarted", f"attempt {attempt + 1} requested", warning=True)
 
 
-async def release(ctx: Context, run: Obj) -> Obj | None:
+async def release(ctx: Context, run: RunView) -> Obj | None:
     """Give the group back: release every Node, drop the ledger group, mark Released; never
     while a backend workload of the Run still exists. Returns the Run as written with
     Released, or None when it was not released in this pass (or is gone)."""
-    name = run["metadata"]["name"]
+    name = run.name
     if await workloads_remain(ctx, run, before="the group is released"):
         return None
-    await release_nodes(ctx, run)
+    await release_nodes(ctx, run.raw)
     ledger = await ctx.read_ledger()
     if name in ledger.groups:
         await ctx.write_ledger(ledger.without(name))
     conditions = set_condition(
-        run.get("status", {}).get("conditions") or [],
+        run.conditions,
         type_="Released",
         status=True,
         reason="Released",
         message="reservations removed; Signal's cordon lifted (an operator's cordon stays)",
-        generation=run["metadata"].get("generation"),
+        generation=run.generation,
         now=ctx.clock(),
     )
     try:
-        written = await ctx.patch_run_status(run, {"conditions": conditions})
+        written = await ctx.patch_run_status(run.raw, {"conditions": conditions})
     except NotFound:
         return None
     log.info("run released", run=name)
-    await events.emit(ctx, events.run_ref(run), "RunReleased", "the group was released")
+    await events.emit(ctx, events.run_ref(run.raw), "RunReleased", "the group was released")
     return written

@@ -14,6 +14,7 @@ import structlog
 
 from controller.ledger import LEDGER_NAME, Ledger, ledger_object, parse_ledger
 from controller.nodes import NodeView, node_view
+from controller.runview import RunView, run_view
 from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import NotFound
 from kubeio.informer import Informer
@@ -59,7 +60,8 @@ class Context:
     clock: Callable[[], datetime] = _now
     nodes: Informer[NodeView] = field(init=False)
     profiles: Informer[Obj] = field(init=False)
-    runs: Informer[Obj] = field(init=False)
+    runs: Informer[RunView] = field(init=False)
+    """Runs parsed once into typed views (controller/runview.py)."""
     workflows: Informer[Obj] = field(init=False)
     """Signal's Workflows in the namespace (metadata only), for orphan recovery."""
     written: dict[str, tuple[str, float]] = field(default_factory=dict)
@@ -70,7 +72,7 @@ class Context:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
         query = {"labelSelector": self.profile_selector} if self.profile_selector else {}
         self.profiles = Informer(self.kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), lambda o: o, **query)
-        self.runs = Informer(self.kube, resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace), lambda o: o)
+        self.runs = Informer(self.kube, resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace), run_view)
         self.workflows = Informer(
             self.kube,
             resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, self.namespace),

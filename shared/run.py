@@ -157,6 +157,9 @@ class RunStatus(WireModel):
     start_time: datetime | None = None
     completion_time: datetime | None = None
     check_verdicts: Annotated[list[CheckVerdict], Field(max_length=32)] = Field(default_factory=list)
+    workflow_resubmits: Annotated[int, Field(ge=0, le=100)] | None = None
+    """How many times the controller replaced a finished Workflow that left backend workloads
+    behind (controller/runs.py); bounded, then the workloads are left to the operator."""
 
 
 class CertificationRun(WireModel):

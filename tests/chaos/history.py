@@ -84,7 +84,14 @@ TRIM: dict[str, tuple[tuple[str, ...], ...]] = {
         ("status",),
     ),
     "Workflow": (*_META, ("metadata", "labels"), ("metadata", "ownerReferences"), ("status", "phase")),
-    "Pod": (*_META, ("metadata", "labels"), ("metadata", "ownerReferences"), ("spec", "nodeName"), ("status", "phase")),
+    "Pod": (
+        *_META,
+        ("metadata", "labels"),
+        ("metadata", "ownerReferences"),
+        ("spec", "nodeName"),
+        ("status", "phase"),
+        ("status", "containerStatuses"),  # their termination messages explain a failed step
+    ),
     "MPIJob": (*_META, ("metadata", "labels"), ("metadata", "ownerReferences")),
     "ConfigMap": (
         *_META,

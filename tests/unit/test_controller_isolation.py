@@ -16,6 +16,7 @@ import pytest
 from controller.ledger import LedgerError
 from controller.loop import MAX_FAILURES, Controller, Key, Kind
 from controller.requeue import run_requeue, stale_after_own_write
+from controller.runview import run_view
 from controller.state import Context, NotLeader
 from controller.workqueue import (
     Backoff,
@@ -182,7 +183,7 @@ def _run(phase: str | None, *, cancel: bool = False, started: str | None = None,
     status = {"phase": phase} if phase else {}
     if started:
         status["startTime"] = started
-    return {"spec": {"cancel": cancel, "suiteDeadlineSeconds": deadline}, "status": status}
+    return run_view({"spec": {"cancel": cancel, "suiteDeadlineSeconds": deadline}, "status": status})
 
 
 @pytest.mark.parametrize(
@@ -205,7 +206,7 @@ def test_run_requeue(run: Any, expected: Result) -> None:
 
 
 def _cached(version: str) -> Any:
-    return {"metadata": {"name": "r1", "resourceVersion": version}}
+    return run_view({"metadata": {"name": "r1", "resourceVersion": version}})
 
 
 @pytest.mark.parametrize(
@@ -224,3 +225,38 @@ def test_a_run_cached_from_before_our_own_write_is_not_acted_on(
     cached: str, written: tuple[str, float] | None, now: float, stale: bool
 ) -> None:
     assert stale_after_own_write(_cached(cached), written, now) is stale
+
+
+class Ending(Controller):
+    """The real reconcile over a cache holding one Run view; ``end`` only records."""
+
+    def __init__(self, run: Any) -> None:
+        ctx = SimpleNamespace(
+            namespace="ns",
+            runs=Cache({"ns/r1": run_view(run)}),
+            profiles=Cache(),
+            nodes=Cache(),
+            workflows=Cache(),
+            written={},
+            clock=lambda: NOW,
+        )
+        super().__init__(cast(Context, ctx))
+        self.ends: list[tuple[Key, str, str]] = []
+
+    async def end(self, key: Key, reason: str, message: str) -> Result:
+        self.ends.append((key, reason, message))
+        return Terminal(reason, message)
+
+
+async def test_a_run_that_cannot_be_read_is_ended_not_retried() -> None:
+    """A Run whose status has the wrong shape is ended (Inconclusive, MalformedRun) at once,
+    before any step acts on half of it."""
+    controller = Ending(
+        {"metadata": {"name": "r1", "uid": "u", "resourceVersion": "7"}, "status": {"conditions": "garbage"}}
+    )
+    controller.queue.add(RUN)
+    key = controller.queue.pop_ready(0.0)
+    assert key == RUN
+    await controller.process(key)
+    assert [(k, reason) for k, reason, _ in controller.ends] == [(RUN, "MalformedRun")]
+    assert "status.conditions is not a list of objects" in controller.ends[0][2]

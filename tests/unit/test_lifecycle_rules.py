@@ -16,6 +16,7 @@ from controller.lifecycle import DEFAULT_KEEP, due_for_recertification, expired_
 from controller.manifests import release_patch, reservation_patch
 from controller.nextaction import deadline_passed
 from controller.nodes import RESERVED_TAINT_KEY, NodeView, node_view
+from controller.runview import RunView, run_view
 from controller.state import workflow_view
 from shared import keys
 from tests.unit.node_builders import NodeBuilder, make_node
@@ -134,7 +135,7 @@ def run(
     phase: str | None = "Succeeded",
     released: str | None = "True",
     completed: str | None = None,
-) -> Obj:
+) -> RunView:
     status: Obj = {}
     if phase is not None:
         status["phase"] = phase
@@ -142,15 +143,15 @@ def run(
         status["conditions"] = [{"type": "Released", "status": released}]
     if completed is not None:
         status["completionTime"] = completed
-    return {"metadata": {"name": name}, "spec": {"profile": {"name": profile}}, "status": status}
+    return run_view({"metadata": {"name": name}, "spec": {"profile": {"name": profile}}, "status": status})
 
 
 def at(hour: int) -> str:
     return f"2026-11-30T{hour:02d}:00:00Z"
 
 
-def names(runs: list[Obj]) -> list[str]:
-    return sorted(r["metadata"]["name"] for r in runs)
+def names(runs: list[RunView]) -> list[str]:
+    return sorted(r.name for r in runs)
 
 
 def test_keeps_the_newest_n() -> None:
@@ -222,7 +223,7 @@ def test_default_keeps_ten() -> None:
 def test_status_missing_or_null_never_expires() -> None:
     bare = {"metadata": {"name": "x"}, "spec": {"profile": {"name": PROFILE}}}
     null = {**bare, "status": None}
-    assert expired_runs([bare, null], {PROFILE: 0}) == []
+    assert expired_runs([run_view(bare), run_view(null)], {PROFILE: 0}) == []
 
 
 # -- reservation_patch / release_patch -------------------------------------------------------------
@@ -544,7 +545,8 @@ def running(start: str | None = "2026-11-30T00:00:00Z", deadline: Any = 600, sta
         pytest.param(running(), START + timedelta(seconds=600), True, id="exactly"),
         pytest.param(running(), START + timedelta(seconds=601), True, id="after"),
         pytest.param(running(), START - timedelta(hours=1), False, id="clock-behind"),
-        pytest.param(running(deadline="600"), START + timedelta(seconds=600), True, id="string-deadline"),
+        # Not an integer: no deadline, and the view names the problem (the loop ends the Run).
+        pytest.param(running(deadline="600"), START + timedelta(seconds=600), False, id="string-deadline"),
         pytest.param(running(deadline=1), START + timedelta(seconds=1), True, id="one-second"),
         pytest.param(running("2026-11-30T02:00:00+02:00"), START + timedelta(seconds=600), True, id="offset"),
         pytest.param(running(None), START + timedelta(days=9), False, id="no-start-time"),
@@ -554,7 +556,13 @@ def running(start: str | None = "2026-11-30T00:00:00Z", deadline: Any = 600, sta
     ],
 )
 def test_deadline_passed(body: Obj, now: datetime, expected: bool) -> None:
-    assert deadline_passed(body, now) is expected
+    assert deadline_passed(run_view(body), now) is expected
+
+
+def test_a_deadline_of_the_wrong_type_is_a_problem_not_a_pass() -> None:
+    view = run_view(running(deadline="600"))
+    assert view.problem is not None
+    assert "spec.suiteDeadlineSeconds" in view.problem
 
 
 # -- workflow_view ---------------------------------------------------------------------------------

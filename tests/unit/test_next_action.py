@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from controller.nextaction import SHUTDOWN, Action, next_action, own_workflow, retry_due
+from controller.runview import RunView, run_view
 
 Obj = dict[str, Any]
 STARTED = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -24,13 +25,15 @@ def run(
     workflow_uid: str | None = "wf-1",
     conditions: list[Obj] | None = None,
     **spec: Any,
-) -> Obj:
+) -> RunView:
     status: Obj = {"startTime": STARTED.strftime("%Y-%m-%dT%H:%M:%SZ"), "conditions": conditions or []}
     if phase is not None:
         status["phase"] = phase
     if workflow_uid:
         status["workflow"] = {"name": "r1", "uid": workflow_uid}
-    return {"metadata": {"name": "r1"}, "spec": {"suiteDeadlineSeconds": DEADLINE, **spec}, "status": status}
+    view = run_view({"metadata": {"name": "r1"}, "spec": {"suiteDeadlineSeconds": DEADLINE, **spec}, "status": status})
+    assert view.problem is None
+    return view
 
 
 def workflow(phase: str | None = "Running", uid: str = "wf-1", shutdown: str | None = None) -> Obj:
@@ -41,7 +44,7 @@ def workflow(phase: str | None = "Running", uid: str = "wf-1", shutdown: str | N
     }
 
 
-CASES: list[tuple[str, Obj, Obj | None, datetime, int, Action]] = [
+CASES: list[tuple[str, RunView, Obj | None, datetime, int, Action]] = [
     # terminal Runs
     ("succeeded: released automatically", run("Succeeded"), None, BEFORE, 1, Action.RELEASE),
     ("failed, no release asked: clean up only", run("Failed"), None, BEFORE, 1, Action.CLEAN_UP),
@@ -105,7 +108,7 @@ CASES: list[tuple[str, Obj, Obj | None, datetime, int, Action]] = [
 @pytest.mark.parametrize(
     ("run_", "workflow_", "now", "attempts", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
-def test_next_action(run_: Obj, workflow_: Obj | None, now: datetime, attempts: int, expected: Action) -> None:
+def test_next_action(run_: RunView, workflow_: Obj | None, now: datetime, attempts: int, expected: Action) -> None:
     assert next_action(run_, workflow_, now, max_attempts=attempts) is expected
 
 

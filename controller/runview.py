@@ -1,0 +1,149 @@
+"""A CertificationRun as the controller reads it: parsed once, when the Run cache takes the
+object (controller/state.py), into a frozen view with typed fields, instead of ``run["spec"]``
+and ``(run.get("status") or {})`` lookups at every use. Pure; no I/O.
+
+The view keeps the object it was parsed from (``raw``): writes need its resourceVersion and
+uid, evidence and Events its whole identity. Parsing never fails: the API server's schema
+already refuses most bad shapes, and what is left (a status of the wrong shape, a startTime
+that is not a time) is recorded in ``problem``, so the loop ends that Run (``Inconclusive``,
+reason ``MalformedRun``) instead of leaving it out of the cache, where nothing would ever
+look at it again (issue 13)."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from shared.run import TERMINAL_PHASES, Phase
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowRef:
+    """The Workflow a Run recorded in ``status.workflow`` (its name and uid)."""
+
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    raw: Obj = field(repr=False, compare=False)
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    generation: int | None
+    labels: Mapping[str, str]
+    profile_name: str
+    profile_uid: str
+    attempt: int
+    cancel: bool
+    release: bool
+    suite_deadline_seconds: int | None
+    phase: str
+    """A ``Phase`` value (Pending when unset); an unknown value is kept as it is."""
+    conditions: tuple[Obj, ...]
+    start_time: datetime | None
+    completion_time: str
+    workflow: WorkflowRef | None
+    workflow_resubmits: int
+    problem: str | None = None
+    """Why this Run cannot be reconciled as it is (None: it can)."""
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+    def condition(self, type_: str) -> Obj | None:
+        return next((c for c in self.conditions if c.get("type") == type_), None)
+
+    def is_true(self, type_: str) -> bool:
+        found = self.condition(type_)
+        return found is not None and found.get("status") == "True"
+
+
+def _mapping(value: Any, where: str, problems: list[str]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(f"{where} is a {type(value).__name__}, not an object")
+        return {}
+    return value
+
+
+def _int(value: Any, where: str, problems: list[str], default: int | None) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        problems.append(f"{where} is {value!r}, not an integer")
+        return default
+    return value
+
+
+def _time(value: Any, where: str, problems: list[str]) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        problems.append(f"{where} is {value!r}, not an RFC 3339 time")
+        return None
+
+
+def _conditions(value: Any, problems: list[str]) -> tuple[Obj, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(c, dict) for c in value):
+        problems.append("status.conditions is not a list of objects")
+        return ()
+    return tuple(value)
+
+
+def _workflow(value: Any, problems: list[str]) -> WorkflowRef | None:
+    ref = _mapping(value, "status.workflow", problems)
+    name, uid = ref.get("name"), ref.get("uid")
+    if not ref or not uid:
+        return None
+    if not isinstance(name, str) or not isinstance(uid, str) or not name:
+        problems.append("status.workflow needs a string name and uid")
+        return None
+    return WorkflowRef(name, uid)
+
+
+def run_view(obj: Mapping[str, Any]) -> RunView:
+    """Parse a raw Run (never raises; see ``RunView.problem``)."""
+    problems: list[str] = []
+    meta = _mapping(obj.get("metadata"), "metadata", problems)
+    spec = _mapping(obj.get("spec"), "spec", problems)
+    status = _mapping(obj.get("status"), "status", problems)
+    profile = _mapping(spec.get("profile"), "spec.profile", problems)
+    labels = _mapping(meta.get("labels"), "metadata.labels", problems)
+    phase = status.get("phase") or Phase.PENDING.value
+    started = _time(status.get("startTime"), "status.startTime", problems)
+    deadline = _int(spec.get("suiteDeadlineSeconds"), "spec.suiteDeadlineSeconds", problems, None)
+    if phase == Phase.RUNNING and started is not None and deadline is None:
+        problems.append("a Running Run has no spec.suiteDeadlineSeconds")
+    return RunView(
+        raw=dict(obj),
+        name=str(meta.get("name") or ""),
+        namespace=str(meta.get("namespace") or ""),
+        uid=str(meta.get("uid") or ""),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        generation=_int(meta.get("generation"), "metadata.generation", problems, None),
+        labels={str(k): str(v) for k, v in labels.items() if v is not None},
+        profile_name=str(profile.get("name") or ""),
+        profile_uid=str(profile.get("uid") or ""),
+        attempt=_int(spec.get("attempt"), "spec.attempt", problems, 1) or 1,
+        cancel=spec.get("cancel") is True,
+        release=spec.get("release") is True,
+        suite_deadline_seconds=deadline,
+        phase=str(phase),
+        conditions=_conditions(status.get("conditions"), problems),
+        start_time=started,
+        completion_time=str(status.get("completionTime") or ""),
+        workflow=_workflow(status.get("workflow"), problems),
+        workflow_resubmits=_int(status.get("workflowResubmits"), "status.workflowResubmits", problems, 0) or 0,
+        problem="; ".join(problems) or None,
+    )
