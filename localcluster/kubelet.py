@@ -38,6 +38,7 @@ from typing import Any
 
 import structlog
 
+from kubeio.errors import ServerError, TooManyRequests, TransportError
 from localcluster import kubeletapi
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.podexec import ExecRefused, ExecServer, ExecTarget, HostRef, node_env
@@ -54,6 +55,8 @@ log = structlog.get_logger("process-kubelet")
 KILL_GRACE_SECONDS = 2.0
 UNIX_SOCKET_PATH_LIMIT = 100
 VOLUME_RETRY_SECONDS = 5.0
+VOLUME_OUTAGE_SECONDS = 60.0
+"""How long a mount is retried while the API server cannot answer (then the Pod fails)."""
 
 
 def _now() -> str:
@@ -240,12 +243,18 @@ class ProcessKubelet:
         """Materialise the Pod's volumes, retrying while a ConfigMap or Secret is missing
         for a few seconds (as a kubelet retries mounts; e.g. kube-root-ca.crt is published
         shortly after its namespace is created)."""
-        deadline = asyncio.get_running_loop().time() + VOLUME_RETRY_SECONDS
+        clock = asyncio.get_running_loop().time
+        missing_until, transient_until = clock() + VOLUME_RETRY_SECONDS, clock() + VOLUME_OUTAGE_SECONDS
         while True:
             try:
                 return await materialise_volumes(self.kube, pod, pod_dir)
+            except (TransportError, ServerError, TooManyRequests):
+                # The API server is down or overloaded (a restart, a paused etcd): a kubelet
+                # keeps retrying the mount; failing the Pod here would fail a healthy step.
+                if clock() > transient_until:
+                    raise
             except ApiError as exc:
-                if exc.status != 404 or asyncio.get_running_loop().time() > deadline:
+                if exc.status != 404 or clock() > missing_until:
                     raise
             await asyncio.sleep(0.2)
 

@@ -90,7 +90,9 @@ TRIM: dict[str, tuple[tuple[str, ...], ...]] = {
         ("metadata", "ownerReferences"),
         ("spec", "nodeName"),
         ("status", "phase"),
-        ("status", "containerStatuses"),  # their termination messages explain a failed step
+        ("status", "reason"),  # with the message and the container statuses: why a step failed
+        ("status", "message"),
+        ("status", "containerStatuses"),
     ),
     "MPIJob": (*_META, ("metadata", "labels"), ("metadata", "ownerReferences")),
     "ConfigMap": (
