@@ -30,7 +30,7 @@ import shutil
 import signal
 import ssl
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,6 +57,28 @@ UNIX_SOCKET_PATH_LIMIT = 100
 VOLUME_RETRY_SECONDS = 5.0
 VOLUME_OUTAGE_SECONDS = 60.0
 """How long a mount is retried while the API server cannot answer (then the Pod fails)."""
+OUTAGE_SECONDS = 120.0
+"""How long a status write or the final delete of a Pod is retried while the API server cannot
+answer (a restart, a paused etcd): a kubelet keeps trying; giving up at once left a finished
+Pod Running, or a deleted one Terminating, for ever."""
+
+
+async def _through_outages(call: Callable[[], Awaitable[object]]) -> None:
+    """``call`` (a write about one Pod), retried while the API server cannot answer; a Pod that
+    is gone or was replaced (404, 409) needs nothing more."""
+    until = asyncio.get_running_loop().time() + OUTAGE_SECONDS
+    while True:
+        try:
+            await call()
+            return
+        except (TransportError, ServerError, TooManyRequests):
+            if asyncio.get_running_loop().time() > until:
+                raise
+        except ApiError as exc:
+            if exc.status not in {404, 409}:
+                raise
+            return
+        await asyncio.sleep(0.5)
 
 
 def _now() -> str:
@@ -358,11 +380,8 @@ class ProcessKubelet:
             status["containerStatuses"] = containers
         meta = run.pod["metadata"]
         patch = {"metadata": {"uid": meta["uid"]}, "status": status}
-        try:
-            await self.kube.merge_patch(resource_path("v1", "pods", meta["namespace"], meta["name"], "status"), patch)
-        except ApiError as exc:
-            if exc.status not in {404, 409}:
-                raise
+        path = resource_path("v1", "pods", meta["namespace"], meta["name"], "status")
+        await _through_outages(lambda: self.kube.merge_patch(path, patch))
 
     # -- deletion ------------------------------------------------------------------------
 
@@ -376,13 +395,14 @@ class ProcessKubelet:
         self._kill(run, signal.SIGKILL)
         if run.task:
             run.task.cancel()
-        await self._finish_delete(run.pod)
+        try:
+            await self._finish_delete(run.pod)
+        except ApiError:
+            run.deleting = False  # the next event or re-list of the Pod tries again
+            raise
 
     async def _finish_delete(self, pod: Obj) -> None:
         meta = pod["metadata"]
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
-        try:
-            await self.kube.delete(resource_path("v1", "pods", meta["namespace"], meta["name"]), body)
-        except ApiError as exc:
-            if exc.status not in {404, 409}:
-                raise
+        path = resource_path("v1", "pods", meta["namespace"], meta["name"])
+        await _through_outages(lambda: self.kube.delete(path, body))
