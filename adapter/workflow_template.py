@@ -87,7 +87,7 @@ from hera.workflows.models import (
 from shared import keys
 
 DEFAULT_IMAGE: Final = "projectsignal.dev/adapter:0.1.0"
-DEFAULT_RUNNER_IMAGE: Final = "projectsignal.dev/runner:0.1.0"
+DEFAULT_RUNNER_IMAGE: Final = keys.DEFAULT_RUNNER_IMAGE
 RUNNER_IMAGE_ENV: Final = "SIGNAL_RUNNER_IMAGE"
 TERMINATION_GRACE_SECONDS: Final = 150
 """SIGTERM to SIGKILL for a step: the adapter's quiescence bound (60 s) and evidence writes fit."""

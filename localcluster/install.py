@@ -17,6 +17,7 @@ from localcluster import identities, procs
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.rbac import rbac_in_effect
+from shared import keys
 from shared.digests import bundle_digest
 from shared.policies import EVIDENCE_POLICY, POLICY_FILES, PROBE_NAME
 
@@ -88,12 +89,34 @@ async def install(admin: KubeClient, namespace: str) -> None:
     await rbac_in_effect(admin, applied)
 
 
+def released_runner_image() -> str:
+    """The runner image deploy/base/namespace.yaml names on the Signal Namespace."""
+    for doc in yaml.safe_load_all((DEPLOY / "namespace.yaml").read_text()):
+        if doc and doc["kind"] == "Namespace":
+            return str(doc["metadata"]["annotations"][keys.RUNNER_IMAGE_ANNOTATION])
+    raise LookupError(f"{DEPLOY / 'namespace.yaml'} has no Namespace")
+
+
+async def configure_runner_image(admin: KubeClient, namespace: str, image: str = "", *, overwrite: bool = True) -> None:
+    """Set the Namespace annotation the adapter's admission policy reads (as kustomize's
+    ``images:`` sets it on the Signal Namespace): ``image``, or deploy/'s released one. Without
+    ``overwrite``, a value already there is kept."""
+    path = resource_path("v1", "namespaces", name=namespace)
+    if not overwrite:
+        current = await admin.get(path)
+        if keys.RUNNER_IMAGE_ANNOTATION in (current["metadata"].get("annotations") or {}):
+            return
+    patch = {"metadata": {"annotations": {keys.RUNNER_IMAGE_ANNOTATION: image or released_runner_image()}}}
+    await admin.merge_patch(path, patch)
+
+
 async def install_policies(admin: KubeClient, namespace: str, timeout: float = 30.0) -> list[Obj]:
     """Signal's admission policies (shared.policies.POLICY_FILES), bound to ``namespace``
     (outside signal-system, per-namespace copies: see ``bind_policy_to``), and wait until the
     API server enforces them (an admin's dry-run of a malformed evidence ConfigMap is denied:
     policies reach the admission plugin together). The adapter and the controller refuse to
     start until their policies are in force."""
+    await configure_runner_image(admin, namespace, overwrite=False)
     applied: list[Obj] = []
     for file in POLICY_FILES.values():
         applied += await apply_file(admin, Path(file).name, namespace)

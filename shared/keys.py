@@ -92,6 +92,15 @@ def certified_label(profile_name: str) -> str:
     return f"{CERTIFIED_LABEL_PREFIX}{profile_name}"
 
 
+DEFAULT_RUNNER_IMAGE: Final = "projectsignal.dev/runner:0.1.0"
+"""The runner image as released (deploy/ pins it by digest through kustomize's ``images:``)."""
+RUNNER_IMAGE_ANNOTATION: Final = "projectsignal.dev/runner-image"
+"""On the Signal Namespace: the one runner image the adapter's Pods and MPIJobs may run. The
+adapter's admission policy reads it (``namespaceObject``); kustomize's ``images:`` sets it
+(deploy/base/kustomizeconfig.yaml), as it sets the adapter's --runner-image. Only cluster
+admins can change a Namespace."""
+
+
 # The runner image's user and its SSH set-up for MPIJob checks on a real cluster, shared by
 # the adapter (the MPIJob's sshAuthMountPath, the launcher's ssh port) and the runner image
 # (Dockerfile.runner writes the sshd and ssh client configurations to match).

@@ -1,7 +1,7 @@
 """The configuration of the adapter's admission policy (deploy/base/adapter-admission-policy.yaml)
-for a test namespace: its variables ``runnerImage``, ``capabilities`` and ``hostNetwork``, set
-on the namespace's copy of the policy as an operator's overlay sets them (only cluster admins may
-write admission policies). A changed policy reaches the admission plugin after a moment, so the
+for a test namespace: the runner image on the Namespace's annotation (as kustomize's ``images:``
+sets it), the variables ``capabilities`` and ``hostNetwork`` on the namespace's copy of the
+policy, as an operator's overlay sets them (only cluster admins may write either). A changed policy reaches the admission plugin after a moment, so the
 change is waited for (a dry-run Pod of the new shape, as the adapter, is admitted)."""
 
 import asyncio
@@ -10,6 +10,7 @@ import json
 from adapter.workloads import DEFAULT_RUNNER_IMAGE, backend_pod
 from localcluster import identities
 from localcluster.cluster import LocalCluster
+from localcluster.install import configure_runner_image
 from localcluster.kube import ApiError, KubeClient, resource_path
 from tests.integration.test_deploy_manifests import default_inputs
 
@@ -29,8 +30,8 @@ async def configure_adapter_workloads(
 ) -> None:
     path = resource_path(ADMISSION, "validatingadmissionpolicies", name=f"{POLICY}-{namespace}")
     policy = await admin.get(path)
+    await configure_runner_image(admin, namespace, runner_image)
     values = {
-        "runnerImage": json.dumps(runner_image).replace('"', "'"),
         "capabilities": json.dumps(capabilities).replace('"', "'"),
         "hostNetwork": "true" if host_network else "false",
     }

@@ -24,7 +24,9 @@ import yaml
 from adapter.workloads import backend_pod, mpijob
 from localcluster import identities
 from localcluster.cluster import LocalCluster
+from localcluster.install import configure_runner_image, released_runner_image
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from shared import keys
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from tests.adapter_support import AdapterWorld, check
 from tests.controller_support import install_rbac
@@ -123,6 +125,7 @@ async def policed(
     that is the signal-adapter ServiceAccount."""
     await install_rbac(admin, namespace, "adapter-rbac.yaml")
     await add_controller_service_account(admin, namespace)
+    await configure_runner_image(admin, namespace, RUNNER)
     policy, binding = policy_for(namespace, tmp_path)
     name = policy["metadata"]["name"]
     try:
@@ -176,15 +179,50 @@ def test_the_policy_is_bound_to_the_signal_namespace(tmp_path: Path) -> None:
         (("",), ("pods",), ("CREATE", "DELETE")),
         (("kubeflow.org",), ("mpijobs",), ("CREATE", "DELETE")),
     }
-    # Configured by three variables an overlay sets: by default the runner image, nothing else.
+    # The runner image comes from the Signal Namespace (set by kustomize's images:), the rest
+    # from two variables an overlay sets: by default the released runner image, nothing else.
     configuration = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
-    assert configuration["runnerImage"] == f"'{RUNNER}'"
+    assert f"namespaceObject.metadata.annotations['{keys.RUNNER_IMAGE_ANNOTATION}']" in configuration["runnerImage"]
+    assert RUNNER not in yaml.safe_dump(policy), "the image is named in one place, the Namespace"
+    assert released_runner_image() == RUNNER == keys.DEFAULT_RUNNER_IMAGE
     assert configuration["capabilities"] == "''"
     assert configuration["hostNetwork"] == "false"
     assert "paramKind" not in policy["spec"]
 
 
 # --- what the adapter may not create ------------------------------------------------------------
+
+
+async def test_the_runner_image_is_the_namespaces_and_nothing_without_it(
+    policed: KubeClient, admin: KubeClient, namespace: str
+) -> None:
+    """The one runner image is the Namespace's annotation: another image is refused, a Namespace
+    that names none refuses every create (fail closed), and a new value is the one admitted."""
+    other = "registry.example/signal/runner@sha256:" + "b" * 64
+    error = await refusal(policed, pods_path(namespace), backend_pod(default_inputs(namespace, "Pod"), 0, "g", other))
+    assert f"may run only the configured runner image {RUNNER}" in error.message, error.message
+    path = resource_path("v1", "namespaces", name=namespace)
+    await admin.merge_patch(path, {"metadata": {"annotations": {keys.RUNNER_IMAGE_ANNOTATION: None}}})
+    error = await eventually_refused(policed, namespace, good_pod(namespace))
+    assert f"the namespace {namespace} names no runner image" in error.message, error.message
+    await configure_runner_image(admin, namespace, other)
+    error = await eventually_refused(policed, namespace, good_pod(namespace))
+    assert f"may run only the configured runner image {other}" in error.message, error.message
+    await dry_run(policed, pods_path(namespace), backend_pod(default_inputs(namespace, "Pod"), 0, "g", other))
+
+
+async def eventually_refused(adapter: KubeClient, namespace: str, pod: Obj) -> ApiError:
+    """The refusal of ``pod`` once the admission plugin has seen a Namespace change."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + ACTIVE_TIMEOUT
+    while True:
+        try:
+            await dry_run(adapter, pods_path(namespace), pod)
+        except ApiError as error:
+            assert error.status == 403, error
+            return error
+        assert loop.time() < deadline, "the Namespace change never reached the admission policy"
+        await asyncio.sleep(0.2)
 
 
 def _set(path: list[str], value: Any) -> Callable[[Obj], None]:

@@ -32,6 +32,7 @@ from adapter.workloads import backend_pod, mpijob
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
+from localcluster.install import configure_runner_image
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
 from tests.controller_support import eventually, install_rbac
@@ -100,6 +101,7 @@ def _path(doc: Obj) -> str:
 async def contained(cluster: LocalCluster, admin: KubeClient, namespace: str) -> AsyncIterator[KubeClient]:
     """deploy/'s adapter policy for the test's namespace, in force; yields the adapter."""
     await install_rbac(admin, namespace, "adapter-rbac.yaml")
+    await configure_runner_image(admin, namespace)  # as deploy/'s Namespace carries it
     docs = deploy_policy_for(namespace)
     try:
         for doc in docs:

@@ -13,6 +13,7 @@ import yaml
 from adapter.main import parser
 from adapter.workflow_template import RUNNER_IMAGE_ENV
 from adapter.workloads import backend_pod, mpijobs
+from shared import keys
 from tests.integration.test_deploy_manifests import DEPLOY, kustomize
 from tests.unit.signal_builders import make_inputs
 
@@ -45,21 +46,8 @@ def overlay(tmp_path: Path) -> list[Obj]:
             for c in COMPONENTS
         ],
     }
-    # The second place (docs/security.md, "Adapter containment"): the adapter policy's CEL variable
-    # runnerImage, which kustomize's images: cannot reach, set by a JSON patch to the same reference.
-    policy = next(
-        d
-        for d in yaml.safe_load_all((DEPLOY / "base" / "adapter-admission-policy.yaml").read_text())
-        if d and d["kind"] == "ValidatingAdmissionPolicy"
-    )
-    index = [v["name"] for v in policy["spec"]["variables"]].index("runnerImage")
-    operations = [{"op": "replace", "path": f"/spec/variables/{index}/expression", "value": f"'{pinned('runner')}'"}]
-    kustomization["patches"] = [
-        {
-            "target": {"kind": "ValidatingAdmissionPolicy", "name": policy["metadata"]["name"]},
-            "patch": yaml.safe_dump(operations),
-        }
-    ]
+    # Nothing else: the images: entries are the one place (the adapter policy reads the runner
+    # image from the Signal Namespace's annotation, which the runner's entry sets).
     (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     return kustomize(directory)
 
@@ -92,7 +80,8 @@ def test_an_overlay_pins_every_image_by_digest_and_reaches_every_pod_template(tm
     # Nothing in the rendered output still names an unpinned image of ours.
     assert "projectsignal.dev/controller" not in yaml.safe_dump_all(docs)
     for prefix in ("projectsignal.dev/runner", "projectsignal.dev/adapter", "projectsignal.dev/portal"):
-        assert prefix not in yaml.safe_dump_all(docs), prefix
+        for reference in (f"{prefix}:", f"{prefix}@"):  # (the annotation key runner-image is no image)
+            assert reference not in yaml.safe_dump_all(docs), reference
 
     # The runner image reaches every adapter step, and through --runner-image, the runner's
     # own Pod templates.
@@ -110,6 +99,9 @@ def test_an_overlay_pins_every_image_by_digest_and_reaches_every_pod_template(tm
             else:
                 os.environ[RUNNER_IMAGE_ENV] = previous
         assert args.runner_image == pinned("runner")
+    # ... and the Signal Namespace's annotation, the image the adapter's admission policy allows.
+    (namespace,) = [d for d in docs if d["kind"] == "Namespace"]
+    assert namespace["metadata"]["annotations"][keys.RUNNER_IMAGE_ANNOTATION] == pinned("runner")
     image = pinned("runner")
     runner_templates = [backend_pod(make_inputs(2), 0, "gpu-000", image)["spec"]]
     for job in mpijobs(make_inputs(2, backend="MPIJob"), image):
