@@ -26,6 +26,7 @@ from controller.evidence_adoption import adoption_problem
 from controller.manifests import owner_reference
 from controller.projection import detail, node_condition, projection_patch, recorded
 from controller.reassert import record_run
+from controller.runview import RunView
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import AlreadyExists, Conflict, NotFound
@@ -197,17 +198,20 @@ async def _project(ctx: Context, run: Obj, profile: str, node_name: str, new: di
     raise Conflict(409, "Conflict", f"Node {node_name} kept changing while projecting Run {run['metadata']['name']}")
 
 
-async def accept(ctx: Context, run: Obj, workflow: Obj | None, *, deadline_passed: bool) -> None:
-    meta, status = run["metadata"], run.get("status") or {}
+async def accept(ctx: Context, view: RunView, workflow: Obj | None, *, deadline_passed: bool) -> None:
+    """Decide the Run from its evidence (or adopt the stored decision), record and project it,
+    and end the Run. The evidence and projection documents are built from the object itself
+    (``view.raw``)."""
+    run = view.raw
     try:
         document, digest, size = await _decide(ctx, run, workflow, deadline_passed)
     except NotAdopted as rejection:
-        await _not_adopted(ctx, run, rejection)
+        await _not_adopted(ctx, view, rejection)
         return
     phase = Phase(document["phase"])
-    completed = status.get("completionTime") or document["decidedAt"]
-    profile = run["spec"]["profile"]["name"]
-    participants = {p["nodeName"] for p in run["spec"]["participants"]}
+    completed = view.completion_time or document["decidedAt"]
+    profile = view.profile_name
+    participants = {p.node_name for p in view.participants}
     await record_run(ctx, run, document["nodes"], digest, completed)  # the authoritative record first
     projected = []
     for node_name, verdict in sorted(document["nodes"].items()):
@@ -219,17 +223,16 @@ async def accept(ctx: Context, run: Obj, workflow: Obj | None, *, deadline_passe
                 ctx,
                 events.node_ref(node_name),
                 f"Certification{verdict}",
-                f"{profile}: {verdict} (Run {meta['name']}, evidence {digest})",
+                f"{profile}: {verdict} (Run {view.name}, evidence {digest})",
                 warning=verdict != "Pass",
             )
-    now, generation = ctx.clock(), meta.get("generation")
-    conditions = status.get("conditions") or []
+    now, generation = ctx.clock(), view.generation
     conditions = set_condition(
-        conditions,
+        view.conditions,
         type_="EvidencePersisted",
         status=True,
         reason="EvidenceVerified",
-        message=f"ConfigMap {evidence_name(meta['name'])} ({digest})",
+        message=f"ConfigMap {evidence_name(view.name)} ({digest})",
         generation=generation,
         now=now,
     )
@@ -238,7 +241,7 @@ async def accept(ctx: Context, run: Obj, workflow: Obj | None, *, deadline_passe
         type_="Projected",
         status=bool(projected),
         reason="NodesLabelled" if projected else "NothingProjected",
-        message=f"result projected on {len(projected)} of {len(run['spec']['participants'])} Node(s)",
+        message=f"result projected on {len(projected)} of {len(view.participants)} Node(s)",
         generation=generation,
         now=now,
     )
@@ -252,7 +255,7 @@ async def accept(ctx: Context, run: Obj, workflow: Obj | None, *, deadline_passe
                 "message": document["message"],
                 "conditions": conditions,
                 "checkVerdicts": verdicts,
-                "evidence": {"configMap": evidence_name(meta["name"]), "digest": digest, "bytes": size},
+                "evidence": {"configMap": evidence_name(view.name), "digest": digest, "bytes": size},
                 "completionTime": completed,
             },
         )
@@ -266,7 +269,7 @@ async def accept(ctx: Context, run: Obj, workflow: Obj | None, *, deadline_passe
     )
     log.info(
         "run finished",
-        run=meta["name"],
+        run=view.name,
         phase=phase.value,
         reason=document["reason"],
         evidence=digest,
@@ -274,27 +277,26 @@ async def accept(ctx: Context, run: Obj, workflow: Obj | None, *, deadline_passe
     )
 
 
-async def _not_adopted(ctx: Context, run: Obj, rejection: NotAdopted) -> None:
+async def _not_adopted(ctx: Context, view: RunView, rejection: NotAdopted) -> None:
     """End the Run Inconclusive over a stored evidence document it will not adopt: its
     participants get Inconclusive (never Pass), the Run an Event, the metric a count."""
-    meta, status = run["metadata"], run.get("status") or {}
+    run = view.raw
     EVIDENCE_REJECTED.inc()
-    log.warning("run evidence not adopted", run=meta["name"], config_map=rejection.config_map, why=rejection.why)
-    completed = status.get("completionTime") or ctx.timestamp()
-    profile = run["spec"]["profile"]["name"]
-    for participant in sorted(run["spec"]["participants"], key=lambda p: p["index"]):
-        await _project(ctx, run, profile, participant["nodeName"], detail(run, "Inconclusive", "", completed))
+    log.warning("run evidence not adopted", run=view.name, config_map=rejection.config_map, why=rejection.why)
+    completed = view.completion_time or ctx.timestamp()
+    for participant in view.participants:
+        await _project(ctx, run, view.profile_name, participant.node_name, detail(run, "Inconclusive", "", completed))
     message = (
         f"{rejection}. Nothing was certified; inspect that ConfigMap (this Run's acceptance did not write it "
         "as it is), delete it, and release the Run (spec.release: true)"
     )[:1000]
     conditions = set_condition(
-        status.get("conditions") or [],
+        view.conditions,
         type_="EvidencePersisted",
         status=False,
         reason=NOT_ADOPTED,
         message=message,
-        generation=meta.get("generation"),
+        generation=view.generation,
         now=ctx.clock(),
     )
     with contextlib.suppress(NotFound):

@@ -24,6 +24,7 @@ from controller.manifests import (
     workflow_manifest,
 )
 from controller.reservations import AdmissionAborted, reserve, rollback
+from controller.runview import RunView, run_view
 from controller.selection import Selection
 from controller.state import Context, log
 from controller.workqueue import TerminalError
@@ -71,7 +72,7 @@ async def admit(
             await ctx.write_ledger(ledger.without(name))
             raise AdmissionAborted(f"Run {name} already exists for another admission; will retry") from None
     bound.info("run created", uid=run["metadata"]["uid"])
-    return await complete_admission(ctx, run, source)
+    return await complete_admission(ctx, run_view(run), source)
 
 
 def _same_admission(existing: Obj, wanted: Obj) -> bool:
@@ -87,17 +88,17 @@ def _same_admission(existing: Obj, wanted: Obj) -> bool:
     )
 
 
-async def complete_admission(ctx: Context, run: Obj, source: Obj | None) -> Obj:
+async def complete_admission(ctx: Context, run: RunView, source: Obj | None) -> Obj:
     """Steps 3-6 for a Run that exists; also how recovery finishes a half-admitted Run.
     ``source`` is the verified source ConfigMap, or None to re-read and re-verify it."""
-    name = run["metadata"]["name"]
+    name = run.name
     ledger = await ctx.read_ledger()
     if name not in ledger.groups:
         await rollback(ctx, run, "the admission ledger does not hold this group")
         raise AdmissionAborted(f"Run {name}: group missing from the admission ledger")
     try:
         await _ensure_snapshot(ctx, run, source)
-        for participant in sorted(run["spec"]["participants"], key=lambda p: p["index"]):
+        for participant in run.participants:  # in index order
             await reserve(ctx, run, participant)
     except AdmissionAborted as exc:
         await rollback(ctx, run, str(exc))
@@ -105,62 +106,57 @@ async def complete_admission(ctx: Context, run: Obj, source: Obj | None) -> Obj:
     return await submit_workflow(ctx, run)
 
 
-async def _ensure_snapshot(ctx: Context, run: Obj, source: Obj | None) -> None:
-    snapshot = run["spec"]["source"]["snapshotConfigMap"]
-    path = resource_path("v1", "configmaps", ctx.namespace, snapshot)
+async def _ensure_snapshot(ctx: Context, run: RunView, source: Obj | None) -> None:
+    path = resource_path("v1", "configmaps", ctx.namespace, run.snapshot)
     existing = await ctx.kube.get_or_none(path)
     if existing is not None:
         owners = existing["metadata"].get("ownerReferences") or []
-        if not any(o.get("uid") == run["metadata"]["uid"] and o.get("controller") for o in owners):
-            raise AdmissionAborted(
-                f"snapshot ConfigMap {snapshot} exists but is not owned by Run {run['metadata']['name']}"
-            )
+        if not any(o.get("uid") == run.uid and o.get("controller") for o in owners):
+            raise AdmissionAborted(f"snapshot ConfigMap {run.snapshot} exists but is not owned by Run {run.name}")
         return
     if source is None:
         source = await _reverify_source(ctx, run)
     with contextlib.suppress(AlreadyExists):
-        await ctx.kube.create(resource_path("v1", "configmaps", ctx.namespace), snapshot_manifest(run, source))
+        await ctx.kube.create(resource_path("v1", "configmaps", ctx.namespace), snapshot_manifest(run.raw, source))
 
 
-async def _reverify_source(ctx: Context, run: Obj) -> Obj:
-    profile = ctx.profiles.items.get(f"/{run['spec']['profile']['name']}")
-    if profile is None or profile["metadata"]["uid"] != run["spec"]["profile"]["uid"]:
+async def _reverify_source(ctx: Context, run: RunView) -> Obj:
+    profile = ctx.profiles.items.get(f"/{run.profile_name}")
+    if profile is None or profile["metadata"]["uid"] != run.profile_uid:
         raise AdmissionAborted("the profile of this Run is gone or was replaced")
     ref = profile["spec"]["source"]
     source = await ctx.kube.get_or_none(resource_path("v1", "configmaps", ref["namespace"], ref["name"]))
     if source is None or source.get("immutable") is not True:
         raise AdmissionAborted("the source ConfigMap is gone or mutable")
-    if bundle_digest(source.get("data") or {}, source.get("binaryData") or {}) != run["spec"]["source"]["digest"]:
+    if bundle_digest(source.get("data") or {}, source.get("binaryData") or {}) != run.source_digest:
         raise AdmissionAborted("the source ConfigMap no longer matches the Run's digest")
     return source
 
 
-async def submit_workflow(ctx: Context, run: Obj) -> Obj:
+async def submit_workflow(ctx: Context, run: RunView) -> Obj:
     """Create the Run's Workflow (idempotent) and mark the Run Running."""
-    body = workflow_manifest(run, ctx.workflow_instance_id)
+    body = workflow_manifest(run.raw, ctx.workflow_instance_id)
     path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace)
     try:
         workflow = await ctx.kube.create(path, body)
     except AlreadyExists:
         workflow = await ctx.kube.get(f"{path}/{body['metadata']['name']}")
-        if not controlled_by(workflow, run):
+        if not controlled_by(workflow, run.raw):
             # Never adopt what the Run does not own: its steps and reported digests would be
             # someone else's. The Run ends (Inconclusive); the stranger's Workflow is left alone.
             name = workflow["metadata"]["name"]
             raise TerminalError(
                 "WorkflowNotOwned",
-                f"Workflow {ctx.namespace}/{name} exists but is not owned by Run {run['metadata']['name']}; "
+                f"Workflow {ctx.namespace}/{name} exists but is not owned by Run {run.name}; "
                 "Signal never adopts it: find who created it, then delete it and request the Nodes again",
             ) from None
-    now = ctx.clock()
-    conditions = run.get("status", {}).get("conditions") or []
-    generation = run["metadata"].get("generation")
+    now, generation = ctx.clock(), run.generation
     conditions = set_condition(
-        conditions,
+        run.conditions,
         type_="Admitted",
         status=True,
         reason="GroupReserved",
-        message=f"{len(run['spec']['participants'])} Nodes reserved and cordoned",
+        message=f"{len(run.participants)} Nodes reserved and cordoned",
         generation=generation,
         now=now,
     )
@@ -179,11 +175,11 @@ async def submit_workflow(ctx: Context, run: Obj) -> Obj:
         "message": "checks are running",
         "conditions": conditions,
         "workflow": {"name": workflow["metadata"]["name"], "uid": workflow["metadata"]["uid"]},
-        "startTime": run.get("status", {}).get("startTime") or ctx.timestamp(),
+        "startTime": (run.raw.get("status") or {}).get("startTime") or ctx.timestamp(),
         "observedGeneration": generation,
     }
-    log.info("workflow submitted", run=run["metadata"]["name"], workflow=workflow["metadata"]["name"])
-    updated = await ctx.patch_run_status(run, status)
-    nodes = ", ".join(p["nodeName"] for p in run["spec"]["participants"])
-    await events.emit(ctx, events.run_ref(run), "RunRunning", f"reserved and cordoned {nodes}; Workflow submitted")
+    log.info("workflow submitted", run=run.name, workflow=workflow["metadata"]["name"])
+    updated = await ctx.patch_run_status(run.raw, status)
+    nodes = ", ".join(p.node_name for p in run.participants)
+    await events.emit(ctx, events.run_ref(run.raw), "RunRunning", f"reserved and cordoned {nodes}; Workflow submitted")
     return updated

@@ -14,7 +14,7 @@ from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
 from shared import certified, keys
-from shared.conditions import is_true, set_condition
+from shared.conditions import set_condition
 from shared.durations import DurationError, parse_duration
 
 DEFAULT_KEEP = 10
@@ -96,28 +96,24 @@ async def enforce_retention(ctx: Context) -> None:
             log.info("terminal run deleted by retention", run=run.name)
 
 
-async def clean_children(ctx: Context, run: Obj) -> None:
+async def clean_children(ctx: Context, run: RunView) -> None:
     """Delete a terminal Run's Workflow and snapshot ConfigMap (its evidence stays)."""
-    status = run.get("status") or {}
-    if is_true(status.get("conditions") or [], "ResourcesCleaned"):
+    if run.is_true("ResourcesCleaned"):
         return
-    meta = run["metadata"]
-    workflow = status.get("workflow") or {}
-    if workflow.get("uid"):
+    if run.workflow is not None:
         with contextlib.suppress(NotFound, Conflict):
-            path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, workflow["name"])
-            await ctx.kube.delete(path, uid=workflow["uid"], propagation="Background")
-    snapshot = run["spec"]["source"]["snapshotConfigMap"]
+            path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, run.workflow.name)
+            await ctx.kube.delete(path, uid=run.workflow.uid, propagation="Background")
     with contextlib.suppress(NotFound):
-        await ctx.kube.delete(resource_path("v1", "configmaps", ctx.namespace, snapshot))
+        await ctx.kube.delete(resource_path("v1", "configmaps", ctx.namespace, run.snapshot))
     conditions = set_condition(
-        status.get("conditions") or [],
+        run.conditions,
         type_="ResourcesCleaned",
         status=True,
         reason="WorkflowAndSnapshotDeleted",
         message="the Workflow and the script snapshot were deleted; the evidence stays",
-        generation=meta.get("generation"),
+        generation=run.generation,
         now=ctx.clock(),
     )
     with contextlib.suppress(NotFound):
-        await ctx.patch_run_status(run, {"conditions": conditions})
+        await ctx.patch_run_status(run.raw, {"conditions": conditions})

@@ -5,12 +5,12 @@ decides the patch (controller/manifests.py: ``reservation_patch``, ``release_pat
 retries on a Conflict with a fresh read."""
 
 import contextlib
-from typing import Any
 
 from controller.manifests import release_patch, reservation_patch
 from controller.nodes import node_view
+from controller.runview import ParticipantRef, RunView
 from controller.state import Context, log
-from kubeio.client import Obj, resource_path
+from kubeio.client import resource_path
 from kubeio.errors import Conflict, NotFound
 
 NODE_PATCH_ATTEMPTS = 5
@@ -24,13 +24,13 @@ def _node_path(name: str) -> str:
     return resource_path("v1", "nodes", name=name)
 
 
-async def reserve(ctx: Context, run: Obj, participant: dict[str, Any]) -> None:
+async def reserve(ctx: Context, run: RunView, participant: ParticipantRef) -> None:
     """Reserve one Node for ``run`` (idempotent), or raise AdmissionAborted."""
-    uid = run["metadata"]["uid"]
+    uid = run.uid
     for _ in range(NODE_PATCH_ATTEMPTS):
-        node = await ctx.kube.get_or_none(_node_path(participant["nodeName"]))
-        if node is None or node["metadata"]["uid"] != participant["nodeUID"]:
-            raise AdmissionAborted(f"Node {participant['nodeName']} is gone or was replaced")
+        node = await ctx.kube.get_or_none(_node_path(participant.node_name))
+        if node is None or node["metadata"]["uid"] != participant.node_uid:
+            raise AdmissionAborted(f"Node {participant.node_name} is gone or was replaced")
         view = node_view(node)
         if view.reservation is not None:
             if view.reservation.run_uid == uid:
@@ -39,24 +39,20 @@ async def reserve(ctx: Context, run: Obj, participant: dict[str, Any]) -> None:
         if view.unschedulable or not view.ready:
             raise AdmissionAborted(f"Node {view.name} is cordoned by someone else or not Ready")
         try:
-            await ctx.kube.merge_patch(_node_path(view.name), reservation_patch(node, run, participant["index"]))
+            await ctx.kube.merge_patch(_node_path(view.name), reservation_patch(node, run.raw, participant.index))
             return
         except Conflict:
             continue
-    raise AdmissionAborted(f"Node {participant['nodeName']} kept changing; could not reserve it")
+    raise AdmissionAborted(f"Node {participant.node_name} kept changing; could not reserve it")
 
 
 async def release_nodes(
-    ctx: Context, run: Obj, *, restore_request: bool = False, next_attempt: int | None = None
+    ctx: Context, run: RunView, *, restore_request: bool = False, next_attempt: int | None = None
 ) -> None:
     """Remove ``run``'s reservation from every participant that still carries it."""
-    for participant in run["spec"]["participants"]:
+    for participant in run.participants:
         await release_node(
-            ctx,
-            participant["nodeName"],
-            run["metadata"]["uid"],
-            restore_request=restore_request,
-            next_attempt=next_attempt,
+            ctx, participant.node_name, run.uid, restore_request=restore_request, next_attempt=next_attempt
         )
 
 
@@ -79,13 +75,13 @@ async def release_node(
     raise Conflict(409, "Conflict", f"Node {name} kept changing while releasing Run {run_uid}")
 
 
-async def rollback(ctx: Context, run: Obj, why: str) -> None:
+async def rollback(ctx: Context, run: RunView, why: str) -> None:
     """Undo an admission: release reservations, delete the Run, drop its ledger group."""
-    name = run["metadata"]["name"]
+    name = run.name
     log.warning("rolling back admission", run=name, reason=why)
     await release_nodes(ctx, run, restore_request=True)
     with contextlib.suppress(NotFound, Conflict):
-        await ctx.kube.delete(ctx.run_path(name), uid=run["metadata"]["uid"], propagation="Background")
+        await ctx.kube.delete(ctx.run_path(name), uid=run.uid, propagation="Background")
     ledger = await ctx.read_ledger()
     if name in ledger.groups:
         await ctx.write_ledger(ledger.without(name))

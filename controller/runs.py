@@ -21,7 +21,7 @@ from controller.admission import complete_admission, submit_workflow
 from controller.lifecycle import clean_children
 from controller.nextaction import FINISHED_WORKFLOW_PHASES, SHUTDOWN, Action, deadline_passed, next_action
 from controller.reservations import AdmissionAborted, release_nodes
-from controller.runview import RunView
+from controller.runview import RunView, run_view
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
@@ -42,22 +42,22 @@ async def reconcile_run(ctx: Context, run: RunView) -> None:
         if released is not None:
             # Go on from the Run as written: clean_children rewrites status.conditions, which
             # from the object read before the release would drop Released again.
-            await clean_children(ctx, released)
+            await clean_children(ctx, run_view(released))
     elif action is Action.CLEAN_UP:
-        await clean_children(ctx, run.raw)
+        await clean_children(ctx, run)
     elif action is Action.CANCEL:
         await cancel(ctx, run)
     elif action is Action.COMPLETE_ADMISSION:
         try:
-            await complete_admission(ctx, run.raw, None)
+            await complete_admission(ctx, run, None)
         except AdmissionAborted as exc:
             log.warning("half-admitted run rolled back", run=run.name, reason=str(exc))
     elif action is Action.SUBMIT_WORKFLOW:
-        await submit_workflow(ctx, run.raw)
+        await submit_workflow(ctx, run)
     elif action is Action.ACCEPT:
         remaining = await _backend_workloads(ctx, run)  # listed once, for both questions
         if not await wait_for_workloads(ctx, run, remaining):
-            await accept(ctx, run.raw, cached, deadline_passed=False)
+            await accept(ctx, run, cached, deadline_passed=False)
         elif remaining and cached is not None:
             await _retire_stranding_workflow(ctx, run, cached)
     elif action is Action.CONFIRM_WORKFLOW_GONE:
@@ -70,7 +70,7 @@ async def reconcile_run(ctx: Context, run: RunView) -> None:
             )
         log.warning("suite deadline passed; stopping the workflow", run=run.name)
         if not await workloads_remain(ctx, run):
-            await accept(ctx, run.raw, cached, deadline_passed=True)
+            await accept(ctx, run, cached, deadline_passed=True)
 
 
 def _max_attempts(ctx: Context, run: RunView) -> int:
@@ -94,7 +94,7 @@ async def _workflow_gone(ctx: Context, run: RunView) -> None:
             await _resubmit_for_cleanup(ctx, run)
         return
     log.warning("workflow of a running run is gone; accepting what evidence exists", run=run.name)
-    await accept(ctx, run.raw, None, deadline_passed=deadline_passed(run, ctx.clock()))
+    await accept(ctx, run, None, deadline_passed=deadline_passed(run, ctx.clock()))
 
 
 async def _backend_workloads(ctx: Context, run: RunView) -> list[str]:
@@ -167,7 +167,7 @@ async def _resubmit_for_cleanup(ctx: Context, run: RunView) -> None:
         "workflow gone while backend workloads remain; submitting it again so that its adapter removes them",
         run=run.name,
     )
-    await submit_workflow(ctx, run.raw)
+    await submit_workflow(ctx, run)
 
 
 MAX_CLEANUP_RESUBMITS = 3
@@ -265,7 +265,7 @@ async def retry(ctx: Context, run: RunView) -> None:
     name, attempt = run.name, run.attempt
     if await workloads_remain(ctx, run, before="a retry releases the group"):
         return
-    await release_nodes(ctx, run.raw, restore_request=True, next_attempt=attempt + 1)
+    await release_nodes(ctx, run, restore_request=True, next_attempt=attempt + 1)
     ledger = await ctx.read_ledger()
     if name in ledger.groups:
         await ctx.write_ledger(ledger.without(name))
@@ -290,7 +290,7 @@ async def release(ctx: Context, run: RunView) -> Obj | None:
     name = run.name
     if await workloads_remain(ctx, run, before="the group is released"):
         return None
-    await release_nodes(ctx, run.raw)
+    await release_nodes(ctx, run)
     ledger = await ctx.read_ledger()
     if name in ledger.groups:
         await ctx.write_ledger(ledger.without(name))

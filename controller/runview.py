@@ -28,6 +28,15 @@ class WorkflowRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ParticipantRef:
+    """One admitted Node of a Run: its index, name and immutable uid (``spec.participants``)."""
+
+    index: int
+    node_name: str
+    node_uid: str
+
+
+@dataclass(frozen=True, slots=True)
 class RunView:
     raw: Obj = field(repr=False, compare=False)
     name: str
@@ -38,6 +47,12 @@ class RunView:
     labels: Mapping[str, str]
     profile_name: str
     profile_uid: str
+    participants: tuple[ParticipantRef, ...]
+    """In index order."""
+    check_names: tuple[str, ...]
+    source_digest: str
+    snapshot: str
+    """The Run-owned snapshot ConfigMap of its source."""
     attempt: int
     cancel: bool
     release: bool
@@ -112,6 +127,38 @@ def _workflow(value: Any, problems: list[str]) -> WorkflowRef | None:
     return WorkflowRef(name, uid)
 
 
+def _participants(value: Any, problems: list[str]) -> tuple[ParticipantRef, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        problems.append("spec.participants is not a list")
+        return ()
+    found = []
+    for entry in value:
+        index, name, uid = (
+            entry.get(k) if isinstance(entry, Mapping) else None for k in ("index", "nodeName", "nodeUID")
+        )
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, int)
+            or not isinstance(name, str)
+            or not isinstance(uid, str)
+        ):
+            problems.append("spec.participants needs an integer index, a nodeName and a nodeUID in every entry")
+            return ()
+        found.append(ParticipantRef(index, name, uid))
+    return tuple(sorted(found, key=lambda p: p.index))
+
+
+def _check_names(value: Any, problems: list[str]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(c, Mapping) and isinstance(c.get("name"), str) for c in value):
+        problems.append("spec.checks needs a name in every entry")
+        return ()
+    return tuple(str(c["name"]) for c in value)
+
+
 def run_view(obj: Mapping[str, Any]) -> RunView:
     """Parse a raw Run (never raises; see ``RunView.problem``)."""
     problems: list[str] = []
@@ -119,6 +166,7 @@ def run_view(obj: Mapping[str, Any]) -> RunView:
     spec = _mapping(obj.get("spec"), "spec", problems)
     status = _mapping(obj.get("status"), "status", problems)
     profile = _mapping(spec.get("profile"), "spec.profile", problems)
+    source = _mapping(spec.get("source"), "spec.source", problems)
     labels = _mapping(meta.get("labels"), "metadata.labels", problems)
     phase = status.get("phase") or Phase.PENDING.value
     started = _time(status.get("startTime"), "status.startTime", problems)
@@ -135,6 +183,10 @@ def run_view(obj: Mapping[str, Any]) -> RunView:
         labels={str(k): str(v) for k, v in labels.items() if v is not None},
         profile_name=str(profile.get("name") or ""),
         profile_uid=str(profile.get("uid") or ""),
+        participants=_participants(spec.get("participants"), problems),
+        check_names=_check_names(spec.get("checks"), problems),
+        source_digest=str(source.get("digest") or ""),
+        snapshot=str(source.get("snapshotConfigMap") or ""),
         attempt=_int(spec.get("attempt"), "spec.attempt", problems, 1) or 1,
         cancel=spec.get("cancel") is True,
         release=spec.get("release") is True,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.runview import WorkflowRef, run_view
+from controller.runview import ParticipantRef, WorkflowRef, run_view
 
 Obj = dict[str, Any]
 
@@ -23,6 +23,12 @@ def full() -> Obj:
         },
         "spec": {
             "profile": {"name": "p", "uid": "p-1", "generation": 3},
+            "participants": [
+                {"index": 1, "nodeName": "n-b", "nodeUID": "ub"},
+                {"index": 0, "nodeName": "n-a", "nodeUID": "ua"},
+            ],
+            "checks": [{"name": "inventory"}, {"name": "burn-in"}],
+            "source": {"digest": "sha256:abc", "snapshotConfigMap": "r1-scripts"},
             "attempt": 2,
             "cancel": True,
             "release": False,
@@ -50,6 +56,9 @@ def test_every_field_is_read_once() -> None:
         2,
     )
     assert view.labels == {"projectsignal.dev/group-hash": "abc"}
+    assert view.participants == (ParticipantRef(0, "n-a", "ua"), ParticipantRef(1, "n-b", "ub")), "in index order"
+    assert view.check_names == ("inventory", "burn-in")
+    assert (view.source_digest, view.snapshot) == ("sha256:abc", "r1-scripts")
     assert (view.profile_name, view.profile_uid, view.attempt) == ("p", "p-1", 2)
     assert (view.cancel, view.release, view.suite_deadline_seconds) == (True, False, 600)
     assert view.phase == "Running"
@@ -84,6 +93,9 @@ def test_a_new_run_has_defaults() -> None:
         pytest.param(("spec", "suiteDeadlineSeconds"), None, "suiteDeadlineSeconds", id="running-without-deadline"),
         pytest.param(("spec",), [], "spec is a list", id="spec-not-an-object"),
         pytest.param(("metadata", "labels"), "x", "metadata.labels", id="labels-not-an-object"),
+        pytest.param(("spec", "participants"), [{"index": "0"}], "spec.participants", id="participant-index-text"),
+        pytest.param(("spec", "participants"), {"n": 1}, "spec.participants", id="participants-not-a-list"),
+        pytest.param(("spec", "checks"), [{"script": "x"}], "spec.checks", id="check-without-name"),
     ],
 )
 def test_a_malformed_run_names_its_problem_and_is_still_viewable(path: tuple[str, ...], value: Any, named: str) -> None:
