@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from controller.accept import accept, check_evidence_name
+from controller.runview import run_view
 from controller.state import Context
 from kubeio.client import Kube
 from localcluster import identities
@@ -42,7 +43,7 @@ async def _nodes(cluster: LocalCluster, prefix: str, count: int = 2) -> list[dic
 
 
 async def _accept(ctx: Context, admin: KubeClient, run: dict[str, Any], workflow: dict[str, Any]) -> dict[str, Any]:
-    await accept(ctx, run, workflow, deadline_passed=False)
+    await accept(ctx, run_view(run), workflow, deadline_passed=False)
     return await admin.get(resource_path(API, keys.RUN_PLURAL, ctx.namespace, run["metadata"]["name"]))
 
 

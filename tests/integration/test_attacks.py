@@ -28,6 +28,7 @@ import pytest
 from controller import metrics
 from controller.accept import accept, check_evidence_name, evidence_name
 from controller.manifests import workflow_manifest
+from controller.runview import run_view
 from controller.state import Context
 from kubeio.client import Kube
 from localcluster import identities
@@ -109,7 +110,7 @@ async def test_forged_run_evidence_is_not_adopted(
     await admin.create(configmaps(namespace), body)
     before = rejected_count()
 
-    await accept(acceptance, run, reported, deadline_passed=False)
+    await accept(acceptance, run_view(run), reported, deadline_passed=False)
 
     done = await admin.get(resource_path(API, keys.RUN_PLURAL, namespace, name))
     status = done["status"]
@@ -142,16 +143,16 @@ async def test_genuine_run_evidence_is_adopted_after_a_crash(
     document = eb.check_evidence(run)
     await store(admin, namespace, check_evidence_name(run["metadata"]["name"], 0), eb.config_map("x", document))
     reported = workflow_status(run, {0: eb.digest_of(document)})
-    await accept(acceptance, run, reported, deadline_passed=False)
+    await accept(acceptance, run_view(run), reported, deadline_passed=False)
     first = (await admin.get(resource_path(API, keys.RUN_PLURAL, namespace, run["metadata"]["name"])))["status"]
     before = rejected_count()
-    await accept(acceptance, run, reported, deadline_passed=False)  # `run` as it was before the first
+    await accept(acceptance, run_view(run), reported, deadline_passed=False)  # `run` as it was before the first
     again = (await admin.get(resource_path(API, keys.RUN_PLURAL, namespace, run["metadata"]["name"])))["status"]
     assert again["phase"] == first["phase"] == "Succeeded", again
     assert again["evidence"] == first["evidence"]
     assert rejected_count() == before
     # Once the Workflow is gone, the stored check evidence stands in for the reported digests.
-    await accept(acceptance, run, None, deadline_passed=False)
+    await accept(acceptance, run_view(run), None, deadline_passed=False)
     assert (await admin.get(resource_path(API, keys.RUN_PLURAL, namespace, run["metadata"]["name"])))["status"][
         "phase"
     ] == "Succeeded"
@@ -199,7 +200,7 @@ async def test_no_other_identity_can_write_evidence_signal_accepts(
         try:
             ctx = Context(kube, namespace, "attacks-test")
             digest = outcome.outputs.get("evidence-digest", "")
-            await accept(ctx, run, workflow_status(run, {0: digest}), deadline_passed=False)
+            await accept(ctx, run_view(run), workflow_status(run, {0: digest}), deadline_passed=False)
         finally:
             await kube.close()
         done = (await admin.get(resource_path(API, keys.RUN_PLURAL, namespace, name)))["status"]

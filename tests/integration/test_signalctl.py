@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from controller.accept import accept, check_evidence_name
+from controller.runview import run_view
 from controller.state import Context
 from kubeio.client import Kube
 from kubeio.errors import AlreadyExists
@@ -80,7 +81,7 @@ async def _finished(ctx: Context, admin: KubeClient, cluster: LocalCluster, prof
         digests[index] = eb.digest_of(document)
         name = check_evidence_name(run["metadata"]["name"], index)
         await store(admin, ctx.namespace, name, eb.config_map(name, document))
-    await accept(ctx, run, workflow_status(run, digests), deadline_passed=False)
+    await accept(ctx, run_view(run), workflow_status(run, digests), deadline_passed=False)
     return await admin.get(resource_path(API, keys.RUN_PLURAL, ctx.namespace, run["metadata"]["name"]))
 
 
@@ -153,7 +154,7 @@ async def test_verify_agrees_with_every_recorded_decision(
     if case == "node-replaced":
         await cluster.remove_node(nodes[1]["metadata"]["name"])
         await cluster.add_nodes([SimNode(nodes[1]["metadata"]["name"])])
-    await accept(ctx, run, workflow_status(run, {0: reported}, phase), deadline_passed=False)
+    await accept(ctx, run_view(run), workflow_status(run, {0: reported}, phase), deadline_passed=False)
     done = await admin.get(resource_path(API, keys.RUN_PLURAL, ctx.namespace, run["metadata"]["name"]))
     assert done["status"]["phase"] in {"Failed", "Inconclusive"}, done["status"]
     rc, out, err = await signalctl(kubeconfig, "evidence", "verify", run["metadata"]["name"], "-n", ctx.namespace)
