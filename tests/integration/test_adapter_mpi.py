@@ -106,9 +106,9 @@ async def test_two_ranks_pass_then_a_rank_fails(world: AdapterWorld, admin: Kube
 
     second = await world.adapter(1, *NO_SSHD)
     assert second.code == 0, second.log
-    assert second.verdict == "Fail"
-    assert second.outputs["proceed"] == "false"
     evidence, _ = decode_document(await world.config_map(second.outputs["evidence-config-map"]), CHECK_EVIDENCE_SCHEMA)
+    assert second.verdict == "Fail", json.dumps(evidence["results"], indent=1)[:6000]
+    assert second.outputs["proceed"] == "false"
     verdicts = {p["index"]: p["verdict"] for p in evidence["results"]["participants"]}
     failing_worker = f"{_job(world, 1)}-worker-1"
     failing_index = next(w["participantIndex"] for w in evidence["results"]["workloads"] if w["name"] == failing_worker)
