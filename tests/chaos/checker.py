@@ -368,12 +368,19 @@ def _apply(state: _State, record: Record) -> None:
 def _end(state: _State, last: Record) -> None:
     rules = state.rules
     assert rules.faults_end_at is not None
+    unjudged: set[str] = set()
     for uid, run in state.runs.items():
         if uid in state.deleted_at:
             continue
         name = run["metadata"]["name"]
-        limit = max(state.created_at.get(uid, 0.0), rules.faults_end_at) + run["spec"]["suiteDeadlineSeconds"]
+        created = state.created_at.get(uid, 0.0)
+        limit = max(created, rules.faults_end_at) + run["spec"]["suiteDeadlineSeconds"]
         ended = state.terminal_at.get(uid)
+        if ended is None and created > rules.faults_end_at and last.at <= limit + rules.end_margin_s:
+            # Admitted after the faults stopped (a recurrence, a retry) and still within its
+            # deadline when the history ends: nothing says yet whether it ends in time.
+            unjudged.add(uid)
+            continue
         if ended is None:
             state.violation(6, last, f"Run {name} never ended (phase {(run.get('status') or {}).get('phase')})")
         elif ended > limit + rules.end_margin_s:
@@ -387,6 +394,8 @@ def _end(state: _State, last: Record) -> None:
         holding = state.runs.get(holder) if holder else None
         if keys.CERTIFY_LABEL in labels:
             state.violation(6, last, f"Node {node} is still waiting for admission")
+        elif holder in unjudged:
+            continue  # held by a Run the history ended too early to judge (above)
         elif holder and not (holding and _terminal(holding) and (holding.get("status") or {}).get("reason")):
             state.violation(6, last, f"Node {node} ends reserved by {holder} without a terminal Run and reason")
     for uid in {k[0] for k in state.pending}:

@@ -2,6 +2,7 @@
 invariant can fail (each table row breaks exactly one)."""
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -302,9 +303,21 @@ def test_the_operator_may_uncordon() -> None:
 def test_a_run_that_never_ends() -> None:
     h = certified(end=False)
     h.records = [r for r in h.records if not (r.kind == "Run" and r.type == "MODIFIED")]
-    found = violations(h)
+    found = violations(h, dataclasses.replace(RULES, faults_end_at=1000.0))  # admitted during the faults
     assert {v.invariant for v in found} == {3, 6}  # its Pass projections never verified either
     assert any("Run r1 never ended (phase Running)" in v.message for v in found if v.invariant == 6)
+
+
+def test_a_run_admitted_after_the_faults_is_judged_only_once_its_deadline_has_passed() -> None:
+    """Seed 26: a recurrence admitted a Run 0.2 s before the history ended, long after the faults
+    stopped; it could not have ended yet, and nothing says it would not in time."""
+    h = certified(end=False)
+    h.records = [r for r in h.records if not (r.kind == "Run" and r.type == "MODIFIED")]
+    assert not [v for v in violations(h) if v.invariant == 6]  # RULES: the faults ended at 10 s
+    late = h.records[-1]
+    deadline = next(r for r in h.records if r.kind == "Run").obj["spec"]["suiteDeadlineSeconds"]
+    h.records.append(dataclasses.replace(late, rv=late.rv + 1, at=late.at + deadline + RULES.end_margin_s + 1))
+    assert any("Run r1 never ended" in v.message for v in violations(h) if v.invariant == 6)
 
 
 def test_a_run_that_ends_too_late() -> None:
