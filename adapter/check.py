@@ -262,8 +262,9 @@ async def run_check(kube: Kube, inputs: Inputs, settings: Settings, stop: asynci
 
 async def clean_up(kube: Kube, inputs: Inputs, settings: Settings) -> Report:
     """The exit handler's work for one check, whatever the Run's phase: if the check left
-    workloads and no evidence (its adapter was killed), take what exists as its results,
-    persist them, quiesce, persist the evidence. Nothing to do otherwise."""
+    workloads or persisted results, and no evidence (its adapter was killed), take what exists
+    (or the persisted results) as its results, quiesce, persist the evidence. Nothing to do
+    otherwise."""
     run = await kube.get_or_none(
         resource_path(keys.API_VERSION, keys.RUN_PLURAL, inputs.run_namespace, inputs.run_name)
     )
@@ -285,7 +286,7 @@ async def _finish(
             raise Refusal(f"evidence ConfigMap {inputs.run_namespace}/{name} is unusable: {exc}") from exc
         log.info("check evidence already persisted by an earlier attempt", config_map=name, digest=digest)
         return Report(kept.verdict, name, digest, proceed=_proceed(kept))
-    if observe_only and not await _has_workloads(kube, inputs):
+    if observe_only and not await _has_workloads(kube, inputs) and not await _has_results(kube, inputs):
         return Report(Verdict.INCONCLUSIVE, "", "", proceed=False)
     results, results_digest, interrupted = await _collect(
         kube, inputs, settings, run["spec"]["source"]["digest"], stop, observe_only=observe_only
@@ -318,6 +319,13 @@ async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
     jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
     return bool(pods or jobs.get("items"))
+
+
+async def _has_results(kube: Kube, inputs: Inputs) -> bool:
+    """This check's results were persisted but its evidence was not: an adapter killed between
+    the two (after, or during, the removal of the workloads). The evidence is still owed."""
+    name = workloads.results_name(inputs)
+    return await kube.get_or_none(resource_path("v1", "configmaps", inputs.run_namespace, name)) is not None
 
 
 def _proceed(evidence: CheckEvidence) -> bool:

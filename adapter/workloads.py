@@ -259,12 +259,28 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
     }
 
 
+MPI_NO_SHARED_TOPOLOGY: Final = ("OMPI_MCA_rtc_hwloc_vmhole", "none")
+"""OpenMPI 4.1's daemons share their hwloc topology with the ranks through a shared-memory
+segment mapped at a fixed address in the "biggest" hole of the address space, which can lie
+just below the stack: a daemon then segfaults in ``hwloc_shmem_topology_write`` as its stack
+grows into it ("ORTE was unable to reliably start one or more daemons", mpirun exit 139),
+depending on where ASLR put things. Seen in about one MPIJob check in four here. ``none``
+turns the sharing off; each rank reads its own topology."""
+
+
 def _mpi_env(inputs: Inputs) -> list[dict[str, Any]]:
     """OpenMPI's session directory on the writable scratch volume (the root filesystem is
-    read-only). The workers' sshd port (``keys.SSHD_PORT``) is the runner image's ssh client
-    configuration's: the MPI operator appends its own ``OMPI_MCA_plm_rsh_args`` after the
-    template's env, so a port set here would be overridden."""
-    return [*_identity_env(inputs), {"name": "OMPI_MCA_orte_tmpdir_base", "value": WORKDIR}]
+    read-only), and no shared-memory topology (``MPI_NO_SHARED_TOPOLOGY``). ``mpirun``
+    passes ``OMPI_MCA_`` variables of its environment to the daemons it starts over ssh. The
+    workers' sshd port (``keys.SSHD_PORT``) is the runner image's ssh client configuration's:
+    the MPI operator appends its own ``OMPI_MCA_plm_rsh_args`` after the template's env, so a
+    port set here would be overridden."""
+    name, value = MPI_NO_SHARED_TOPOLOGY
+    return [
+        *_identity_env(inputs),
+        {"name": "OMPI_MCA_orte_tmpdir_base", "value": WORKDIR},
+        {"name": name, "value": value},
+    ]
 
 
 def mpijob(

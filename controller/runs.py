@@ -207,7 +207,12 @@ async def _retire_stranding_workflow(ctx: Context, run: RunView, workflow: Obj) 
 
 async def cancel(ctx: Context, run: RunView) -> None:
     """Ask Argo to stop the Workflow (``Stop``: its exit handler removes the interrupted
-    check's workloads); end Canceled once no backend workload remains."""
+    check's workloads); end Canceled once no backend workload remains and the Workflow, if
+    Argo has started it, has finished. The adapter writes a check's evidence (with the outcome
+    of its cleanup) only after it has proven the workloads gone, so "no workload remains" alone
+    could end the Run a moment before the interrupted check's evidence exists (CI saw it:
+    ``test_cancel_mid_check[MPIJob]`` found the Run Canceled and no evidence ConfigMap). A
+    Workflow Argo never picked up (no phase) has no adapter to wait for."""
     name = run.name
     path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, name)
     workflow = await ctx.kube.get_or_none(path)
@@ -234,6 +239,22 @@ async def cancel(ctx: Context, run: RunView) -> None:
             now=now,
         )
         await ctx.patch_run_status(run.raw, {"conditions": conditions})
+        return
+    workflow_phase = ((workflow or {}).get("status") or {}).get("phase")
+    if workflow_phase and workflow_phase not in FINISHED_WORKFLOW_PHASES:
+        conditions = set_condition(
+            run.conditions,
+            type_="WorkloadCleanupComplete",
+            status=False,
+            reason="WorkflowStopping",
+            message=f"Workflow {name} is {workflow_phase}: its adapters are still stopping (they write the "
+            "interrupted check's evidence); Canceled once it has finished",
+            generation=generation,
+            now=now,
+        )
+        if conditions != list(run.conditions):
+            await ctx.patch_run_status(run.raw, {"conditions": conditions})
+        log.info("canceled run waits for its workflow's adapters to finish", run=name, workflow_phase=workflow_phase)
         return
     conditions = set_condition(
         run.conditions,

@@ -175,3 +175,32 @@ async def test_the_exit_handlers_sweep_removes_what_a_killed_adapter_left(world:
     # A second sweep finds nothing to do.
     again = await world.adapter(0, args=sweep_args)
     assert again.code == 0, again.log
+
+
+async def test_the_sweep_writes_the_evidence_an_adapter_killed_after_the_cleanup_still_owed(
+    world: AdapterWorld,
+) -> None:
+    """An adapter killed after it persisted the results and removed the workloads, but before
+    it persisted the evidence, leaves no workload for the sweep to find: the sweep still owes
+    (and writes) the evidence, from the persisted results. Before: nothing to do, no evidence."""
+    checks = [check("quick", "quick.sh"), check("after", "quick.sh")]
+    await world.setup(2, {"quick.sh": "#!/bin/sh\necho done\n"}, checks)
+    outcome = await world.adapter(0)
+    assert outcome.code == 0, outcome.log
+    first = await evidence_of(world, 0)
+    # The state such a kill leaves: results persisted, workloads gone, no evidence.
+    name = f"{world.run['metadata']['name']}-c0-evidence"
+    await world.admin.delete(resource_path("v1", "configmaps", world.namespace, name))
+    assert await workloads_of(world) == []
+    parameters = world.parameters(0)
+    sweep_args = [*parameters[: parameters.index("--check-index")], "--sweep-checks-json", json.dumps(checks)]
+    swept = await world.adapter(0, args=sweep_args)
+    assert swept.code == 0, swept.log
+    evidence = await evidence_of(world, 0)
+    assert evidence["results"] == first["results"], "the evidence is bound to the persisted results"
+    assert evidence["resultsDigest"] == first["resultsDigest"]
+    assert evidence["cleanup"]["state"] == "Complete"
+    assert evidence["verdict"] == first["verdict"] == "Pass"
+    # The check that never ran still gets nothing.
+    configmaps = (await world.admin.get(resource_path("v1", "configmaps", world.namespace)))["items"]
+    assert f"{world.run['metadata']['name']}-c1-evidence" not in [c["metadata"]["name"] for c in configmaps]

@@ -123,6 +123,37 @@ async def test_cancel_stops_the_workflow_and_waits_for_backend_workloads(
         assert reserved_by(node) == run["metadata"]["uid"], "Canceled keeps the group reserved until release"
 
 
+async def test_cancel_waits_for_a_workflow_argo_is_still_stopping(admitted: tuple[World, Obj, list[str]]) -> None:
+    """No workload remains, but the Workflow is still running (its adapters are writing the
+    interrupted check's evidence): the Run is not Canceled until the Workflow has finished.
+    Before, it was Canceled at once (CI: test_cancel_mid_check[MPIJob] found no evidence)."""
+    world, run, _ = admitted
+    admin = world.admin
+    workflow = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, world.namespace, run["metadata"]["name"])
+    # This world's Argo does not run the Workflow; give it the phase Argo would.
+    await admin.merge_patch(workflow, {"status": {"phase": "Running"}})
+    await admin.merge_patch(run_path(run), {"spec": {"cancel": True}})
+
+    async def stopping() -> Obj | None:
+        current = await admin.get(run_path(run))
+        cond = cleanup_condition(current)
+        return current if cond and cond["reason"] == "WorkflowStopping" else None
+
+    current = await eventually(stopping, what="WorkflowStopping")
+    assert current["status"]["phase"] == "Running"
+    assert "Running" in cleanup_condition(current)["message"]  # type: ignore[index]
+    stopped = await admin.get(workflow)
+    assert stopped["spec"]["shutdown"] == "Stop"
+    await admin.merge_patch(workflow, {"status": {"phase": "Failed"}})
+
+    async def canceled() -> Obj | None:
+        current = await admin.get(run_path(run))
+        return current if current["status"]["phase"] == "Canceled" else None
+
+    current = await eventually(canceled, what="Canceled")
+    assert cleanup_condition(current)["status"] == "True"  # type: ignore[index]
+
+
 def cleanup_condition(run: Obj) -> Obj | None:
     return next(
         (c for c in run.get("status", {}).get("conditions", []) if c["type"] == "WorkloadCleanupComplete"), None

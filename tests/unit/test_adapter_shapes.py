@@ -97,6 +97,7 @@ def test_mpi_pods_get_the_ssh_fields_a_real_operator_needs_and_workers_a_deadlin
         assert spec["securityContext"]["fsGroup"] == keys.RUNNER_UID, "the key Secret must be readable"
         env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
         assert env["OMPI_MCA_orte_tmpdir_base"] == workloads.WORKDIR == env["TMPDIR"]
+        assert env["OMPI_MCA_rtc_hwloc_vmhole"] == "none", "daemons may not map the topology near the stack"
         mounts = {m["mountPath"]: m for m in spec["containers"][0]["volumeMounts"]}
         assert not mounts[workloads.WORKDIR].get("readOnly"), "OpenMPI's session directory must be writable"
     assert launcher["activeDeadlineSeconds"] == 600
