@@ -30,9 +30,8 @@ import shutil
 import signal
 import ssl
 import tempfile
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ import structlog
 from kubeio.errors import ServerError, TooManyRequests, TransportError
 from localcluster import kubeletapi
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.outages import through_outages
 from localcluster.podexec import ExecRefused, ExecServer, ExecTarget, HostRef, node_env
 from localcluster.podprocess import (
     PodSpecError,
@@ -49,7 +49,7 @@ from localcluster.podprocess import (
     pod_key,
     process_spec,
 )
-from localcluster.podstatus import running_statuses, terminated_status
+from localcluster.podstatus import now, running_statuses, terminated_status
 
 log = structlog.get_logger("process-kubelet")
 KILL_GRACE_SECONDS = 2.0
@@ -57,32 +57,6 @@ UNIX_SOCKET_PATH_LIMIT = 100
 VOLUME_RETRY_SECONDS = 5.0
 VOLUME_OUTAGE_SECONDS = 60.0
 """How long a mount is retried while the API server cannot answer (then the Pod fails)."""
-OUTAGE_SECONDS = 120.0
-"""How long a status write or the final delete of a Pod is retried while the API server cannot
-answer (a restart, a paused etcd): a kubelet keeps trying; giving up at once left a finished
-Pod Running, or a deleted one Terminating, for ever."""
-
-
-async def _through_outages(call: Callable[[], Awaitable[object]]) -> None:
-    """``call`` (a write about one Pod), retried while the API server cannot answer; a Pod that
-    is gone or was replaced (404, 409) needs nothing more."""
-    until = asyncio.get_running_loop().time() + OUTAGE_SECONDS
-    while True:
-        try:
-            await call()
-            return
-        except (TransportError, ServerError, TooManyRequests):
-            if asyncio.get_running_loop().time() > until:
-                raise
-        except ApiError as exc:
-            if exc.status not in {404, 409}:
-                raise
-            return
-        await asyncio.sleep(0.5)
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -230,7 +204,7 @@ class ProcessKubelet:
         pod = run.pod
         pod_dir = self._pod_dir(pod)
         pod_dir.mkdir(parents=True, exist_ok=True)
-        started = _now()
+        started = now()
         try:
             volumes = await self._volumes(pod, pod_dir)
             extra = {**self.service_env, **node_env(self.exec_socket, pod["metadata"]["namespace"])}
@@ -368,8 +342,8 @@ class ProcessKubelet:
             "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": started},
                 {"type": "Initialized", "status": "True", "lastTransitionTime": started},
-                {"type": "ContainersReady", "status": ready, "lastTransitionTime": _now()},
-                {"type": "Ready", "status": ready, "lastTransitionTime": _now()},
+                {"type": "ContainersReady", "status": ready, "lastTransitionTime": now()},
+                {"type": "Ready", "status": ready, "lastTransitionTime": now()},
             ],
         }
         if reason:
@@ -381,7 +355,7 @@ class ProcessKubelet:
         meta = run.pod["metadata"]
         patch = {"metadata": {"uid": meta["uid"]}, "status": status}
         path = resource_path("v1", "pods", meta["namespace"], meta["name"], "status")
-        await _through_outages(lambda: self.kube.merge_patch(path, patch))
+        await through_outages(lambda: self.kube.merge_patch(path, patch))
 
     # -- deletion ------------------------------------------------------------------------
 
@@ -405,4 +379,4 @@ class ProcessKubelet:
         meta = pod["metadata"]
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}
         path = resource_path("v1", "pods", meta["namespace"], meta["name"])
-        await _through_outages(lambda: self.kube.delete(path, body))
+        await through_outages(lambda: self.kube.delete(path, body))

@@ -11,7 +11,8 @@ from localcluster.podprocess import ProcessSpec
 TERMINATION_MESSAGE_LIMIT = 4096
 
 
-def _now() -> str:
+def now() -> str:
+    """The time as the kubelet writes it in a Pod's status (to the second)."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -40,7 +41,7 @@ def terminated_status(spec: ProcessSpec, container: Obj, code: int, started: str
         "exitCode": exit_code,
         "reason": "Completed" if exit_code == 0 else "Error",
         "startedAt": started,
-        "finishedAt": _now(),
+        "finishedAt": now(),
         "containerID": f"process://{spec.argv[0]}",
     }
     if code < 0:
