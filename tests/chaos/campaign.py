@@ -12,6 +12,7 @@ Exit status: 0 when every seed ran with no violation, 1 otherwise.
 
 import argparse
 import asyncio
+import contextlib
 import random
 import shutil
 import sys
@@ -75,6 +76,11 @@ async def supervise(replicas: list[ControllerProcess], recorder: Recorder, pause
                 else:
                     recorder.fault("replica-restarted", identity=replica.identity, code=process.returncode)
         await asyncio.sleep(1.0)
+
+
+class CampaignError(Exception):
+    """The harness itself failed (not the system under test): its message names the seed, the
+    moment and the cause, so a CI log's one line says which."""
 
 
 @dataclass
@@ -246,6 +252,7 @@ async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report
     await cluster.start()
     replicas: list[ControllerProcess] = []
     recorder: Recorder | None = None
+    injector: Injector | None = None
     supervisor: asyncio.Task[None] | None = None
     admin = PatientClient(cluster.admin.server, cluster.admin.token, cluster.admin.ca_file)
     try:
@@ -295,9 +302,16 @@ async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report
         report.skipped.update(injector.skipped)
         runs = (await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)))["items"]
         report.runs.update((r.get("status") or {}).get("phase", "Pending") for r in runs)
+    except Exception as exc:
+        at = f" at t={recorder.now():.0f}s" if recorder is not None else ""
+        raise CampaignError(f"seed {seed}: the campaign itself failed{at}: {type(exc).__name__}: {exc}") from exc
     finally:
+        if injector is not None:
+            await injector.abort()
         if supervisor is not None:
             supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
         if recorder is not None:
             await recorder.stop()
         for replica in replicas:

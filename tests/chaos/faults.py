@@ -96,6 +96,16 @@ class Injector:
                 await task
         self._undo.clear()
 
+    async def abort(self) -> None:
+        """Cancel the undos still pending (the campaign failed before it settled): none may run
+        on, with its clients, past the campaign's end."""
+        for task in self._undo:
+            task.cancel()
+        for task in self._undo:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._undo.clear()
+
     def later(self, delay: float, undo: Callable[[], Awaitable[None]]) -> None:
         async def run() -> None:
             await asyncio.sleep(delay)

@@ -215,9 +215,13 @@ async def test_the_runner_image_is_the_namespaces_and_nothing_without_it(
     assert f"may run only the configured runner image {RUNNER}" in error.message, error.message
     path = resource_path("v1", "namespaces", name=namespace)
     await admin.merge_patch(path, {"metadata": {"annotations": {keys.RUNNER_IMAGE_ANNOTATION: None}}})
-    await eventually_refused(policed, namespace, good_pod(namespace), f"the namespace {namespace} names no runner image")
+    await eventually_refused(
+        policed, namespace, good_pod(namespace), f"the namespace {namespace} names no runner image"
+    )
     await configure_runner_image(admin, namespace, other)
-    await eventually_refused(policed, namespace, good_pod(namespace), f"may run only the configured runner image {other}")
+    await eventually_refused(
+        policed, namespace, good_pod(namespace), f"may run only the configured runner image {other}"
+    )
     await dry_run(policed, pods_path(namespace), backend_pod(default_inputs(namespace, "Pod"), 0, "g", other))
 
 
