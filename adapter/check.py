@@ -46,6 +46,7 @@ from shared.evidence import (
     config_map,
     to_document,
 )
+from shared.meta import to_millisecond
 from shared.result import RunnerResult
 from shared.run import Verdict
 
@@ -75,7 +76,7 @@ class Report:
 
 
 def _now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
+    return to_millisecond(datetime.now(UTC))
 
 
 async def _guard_other_checks(kube: Kube, inputs: Inputs) -> None:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runner.execute import Outcome, summarise
+from shared.meta import to_millisecond
 from shared.result import (
     INCONCLUSIVE_EXIT_CODE,
     MAX_RESULT_BYTES,
@@ -58,7 +59,7 @@ def verdict_of(outcome: Outcome) -> tuple[Verdict, str]:
 
 
 def _stamp(seconds: float) -> datetime:
-    return datetime.fromtimestamp(int(seconds), UTC)
+    return to_millisecond(datetime.fromtimestamp(seconds, UTC))
 
 
 def build_result(

@@ -24,6 +24,13 @@ RESOURCE_NAME_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 
+
+def to_millisecond(moment: datetime) -> datetime:
+    """``moment`` to the millisecond: the resolution of the times in Signal's evidence (whole
+    seconds hid where a check's overhead goes)."""
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
 DnsSubdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
 Digest = Annotated[str, Field(min_length=71, max_length=71, pattern=DIGEST_PATTERN)]

@@ -12,6 +12,7 @@ Exit status: 0 when every seed ran with no violation, 1 otherwise.
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import random
 import shutil
@@ -33,7 +34,7 @@ from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
 from shared.digests import bundle_digest
 from tests.chaos.checker import Rules, Violation, check
-from tests.chaos.faults import TERMINAL, Injector, schedule
+from tests.chaos.faults import NO_TARGET_DELAY, NO_TARGET_RETRIES, TERMINAL, Injector, Planned, schedule
 from tests.chaos.recorder import Recorder, sources
 from tests.controller_support import REPO, ControllerProcess, World, install_rbac, profile_body
 
@@ -284,12 +285,16 @@ async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report
         plan = schedule(seed, faults, span)
         waves = [span * i / 6 for i in range(6)]
         start = time.monotonic()
-        for planned in plan:
+        while plan:
+            planned = plan.pop(0)
             while waves and waves[0] <= planned.at:
                 await asyncio.sleep(max(0.0, start + waves.pop(0) - time.monotonic()))
                 await _request_wave(world, recorder, rng, names, profiles)
             await asyncio.sleep(max(0.0, start + planned.at - time.monotonic()))
-            await injector.inject(planned.kind)
+            last = planned.tries >= NO_TARGET_RETRIES
+            if not await injector.inject(planned.kind, last_try=last) and not last:
+                again = Planned(planned.at + NO_TARGET_DELAY, planned.kind, planned.tries + 1)
+                bisect.insort(plan, again, key=lambda p: p.at)
         await injector.settle()
         # Quiet phase: no more faults, no more recurrence; the system must finish what it started.
         await admin.merge_patch(

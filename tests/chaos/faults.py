@@ -26,6 +26,11 @@ from tests.controller_support import ControllerProcess
 
 OUTAGE_WAIT = 120.0
 """Seconds an undo (Argo's restart) waits out an API server another fault stopped."""
+NO_TARGET_RETRIES = 2
+NO_TARGET_DELAY = 5.0
+"""A fault that finds no target (no live Run to cancel, no Workflow to delete) is tried again
+this many seconds later, up to NO_TARGET_RETRIES times: how many faults a seed injects then
+depends less on how fast the machine runs the Runs."""
 ADAPTER_WAIT = 20.0
 """Seconds kill-adapter waits for an adapter to run (one runs only while a check does)."""
 KINDS = (
@@ -50,6 +55,8 @@ class Planned:
     at: float
     """Seconds after the campaign's start."""
     kind: str
+    tries: int = 0
+    """How often it was tried before and found no target."""
 
 
 def schedule(seed: int, count: int, span: float, kinds: Sequence[str] = KINDS) -> list[Planned]:
@@ -79,15 +86,18 @@ class Injector:
     _undo: list[asyncio.Task[None]] = field(default_factory=list)
     _sources: int = 0
 
-    async def inject(self, kind: str) -> None:
+    async def inject(self, kind: str, *, last_try: bool = True) -> bool:
+        """Carry out one fault; False when it found no target (counted as skipped on its last try)."""
         action: Callable[[], Awaitable[bool]] = getattr(self, "_" + kind.replace("-", "_"))
         try:
             done = await action()
         except ApiError as exc:  # e.g. the object went away meanwhile: nothing was injected
             self.recorder.fault(kind, skipped=str(exc)[:200])
             done = False
-        counter = self.injected if done else self.skipped
-        counter[kind] = counter.get(kind, 0) + 1
+        if done or last_try:
+            counter = self.injected if done else self.skipped
+            counter[kind] = counter.get(kind, 0) + 1
+        return done
 
     async def settle(self) -> None:
         """Undo every fault still in place (restart Argo, continue what is stopped, uncordon)."""

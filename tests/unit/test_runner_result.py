@@ -4,7 +4,7 @@
 
 import hashlib
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -323,8 +323,9 @@ def test_build_result_pass_with_measurements(tmp_path: Path) -> None:
     assert result.identity == IDENTITY
     assert result.exit_code == 0
     assert result.signal is None
-    assert result.started_at == datetime.fromtimestamp(1700000000, UTC)
-    assert result.finished_at == datetime.fromtimestamp(1700000042, UTC)
+    # To the millisecond (issue 15: whole seconds hid where a check's overhead goes).
+    assert result.started_at == datetime.fromtimestamp(1700000000, UTC) + timedelta(milliseconds=900)
+    assert result.finished_at == datetime.fromtimestamp(1700000042, UTC) + timedelta(milliseconds=200)
     assert result.stdout is not None
     assert result.stdout.bytes == 22
     assert result.stdout.digest == "sha256:" + hashlib.sha256(b"out line 1\nout line 2\n").hexdigest()
@@ -391,7 +392,15 @@ def test_error_result_is_inconclusive() -> None:
     assert result.reason.startswith("RunnerError: cannot read script")
     assert len(result.reason) == 256
     assert result.exit_code is None
-    assert result.started_at == datetime.fromtimestamp(10, UTC)
+    assert result.started_at == datetime.fromtimestamp(10, UTC) + timedelta(milliseconds=700)
+    assert parse_result(fit(result) or b"") == result
+
+
+def test_times_are_recorded_to_the_millisecond(tmp_path: Path) -> None:
+    result = build(tmp_path, Outcome(0, None, False, 20.1239, 21.0004))
+    assert result.started_at == datetime.fromtimestamp(20, UTC) + timedelta(milliseconds=123)
+    assert result.finished_at == datetime.fromtimestamp(21, UTC)
+    assert result.finished_at - result.started_at == timedelta(milliseconds=877)
     assert parse_result(fit(result) or b"") == result
 
 
