@@ -130,10 +130,12 @@ class ArgoController:
             "DEFAULT_REQUEUE_TIME": "1s",
         }
         component = Component("workflow-controller", args, self.plane.workdir / "workflow-controller.log")
+        # The log is appended to across restarts: only what this start wrote says it started.
+        offset = component.log_path.stat().st_size if component.log_path.exists() else 0
         component.process = self._launch(component, env)
         self.component = component
         self.plane.components.append(component)
-        await self._wait_started()
+        await self._wait_started(offset)
 
     def _launch(self, component: Component, env: dict[str, str]) -> "subprocess.Popen[bytes]":
         with component.log_path.open("ab") as handle:
@@ -144,14 +146,17 @@ class ArgoController:
                 env=env,
             )
 
-    async def _wait_started(self, timeout: float = 30.0) -> None:
-        """Wait for the controller's workers to start (after its informers' caches synced)."""
+    async def _wait_started(self, offset: int, timeout: float = 30.0) -> None:
+        """Wait for the controller's workers to start (after its informers' caches synced), as
+        its log says after ``offset``."""
         assert self.component is not None
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:
             if not self.component.running():
                 raise RuntimeError(f"workflow-controller exited during start-up:\n{self.component.tail()}")
-            text = self.component.log_path.read_text(errors="replace")
+            with self.component.log_path.open("rb") as handle:
+                handle.seek(offset)
+                text = handle.read().decode(errors="replace")
             if "Started workflow garbage collection" in text or "Starting workflow TTL controller" in text:
                 log.info("argo workflow-controller started", version=ARGO_VERSION)
                 return
