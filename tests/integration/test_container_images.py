@@ -27,6 +27,9 @@ EXPECTED = {
     "workflow-controller": (["/usr/local/bin/workflow-controller"], "8737"),
     "mpi-operator": (["/usr/local/bin/mpi-operator"], "65532:65532"),
 }
+# A cold build of every image (base layers, Go binaries, the runner's packages) took over the
+# suite's default 300 s on this two-core machine once the build cache was gone.
+pytestmark = pytest.mark.timeout(1500)
 
 
 @pytest.fixture(scope="module")
