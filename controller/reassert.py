@@ -10,7 +10,8 @@ of it.
   or a far-future annotation, removed a ``Fail``, or set a condition), rewritten from it,
   conditioned on the Node's resourceVersion, with a Warning Event ``ProjectionTampered`` on the
   Node and ``signal_projection_tampered_total{profile}``. A Node with no entry (or replaced:
-  another uid) carries no result at all.
+  another uid) carries no result at all. A difference is judged against the record read afresh
+  (the cached profile can lag the Node: ``_read_record``).
 
 A record the controller cannot decode is treated as empty (fail closed: no Node keeps a
 result from it) and logged.
@@ -82,15 +83,40 @@ async def record_run(ctx: Context, run: Obj, node_verdicts: Mapping[str, str], d
     )
 
 
+async def _read_record(ctx: Context, profile: str) -> dict[str, certified.Entry] | None:
+    """The profile's record as the API server has it now (None: the profile is gone).
+
+    The cached profile can lag the cached Node: a Run's result is recorded before it is
+    projected (``record_run``), and the two caches follow separate watches. A Node that shows a
+    result the cached record does not have yet is not tampered with; rewriting it from the cache
+    would take its result back to an older Run's. So before anything is rewritten the record is
+    read afresh: a read made after the Node was seen includes every result the Node can show.
+    One read per profile and pass suffices because every Node is seen before the first read.
+    """
+    profile_obj = await ctx.kube.get_or_none(profile_path(profile))
+    return None if profile_obj is None else record_of(profile_obj)
+
+
 async def reassert_projections(ctx: Context) -> int:
     """Make every Node's copy of each served profile equal its record; the number corrected."""
     corrected = 0
     profiles = sorted(ctx.profiles.items.values(), key=lambda p: p["metadata"]["name"])
     records = {p["metadata"]["name"]: record_of(p) for p in profiles}
+    read: set[str] = set()
+    # Every Node is seen as the cache had it here, before any read below (see _read_record).
     for node in sorted(ctx.nodes.items.values(), key=lambda n: n.name):
-        for profile, record in records.items():
-            entry = certified.current(record, node.name, node.uid)
+        for profile in list(records):
+            entry = certified.current(records[profile], node.name, node.uid)
             meta, status, differs = reassert_patches(profile, entry, dict(node.projection), node.resource_version)
+            if differs and profile not in read:
+                read.add(profile)
+                fresh = await _read_record(ctx, profile)
+                if fresh is None:
+                    del records[profile]
+                    continue
+                records[profile] = fresh
+                entry = certified.current(fresh, node.name, node.uid)
+                meta, status, differs = reassert_patches(profile, entry, dict(node.projection), node.resource_version)
             if not differs:
                 continue
             path = resource_path("v1", "nodes", name=node.name)

@@ -13,12 +13,17 @@ controller also writes is one the kubelet cannot set at all.
 
 import contextlib
 import json
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from controller.nodes import node_view
+from controller.reassert import reassert_projections
+from controller.state import Context
+from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import KUBELET_NODE, KUBELET_USER, free_port
@@ -179,3 +184,58 @@ async def test_a_node_cannot_certify_itself(
     finally:
         controller.stop()
         stop_process(portal)
+
+
+async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, world: World
+) -> None:
+    """Seen in CI's chaos campaign (seed 1, invariant 3): a Run's result is recorded on the
+    profile first and projected onto its Nodes after. A resync whose profile cache had not seen
+    the record yet, but whose Node cache had seen the projection, rewrote the Node with the
+    older Run's result (the Node's projection went back in time) and called it tampering. The
+    re-assertion decides on a fresh read of the record before it writes anything."""
+    profile = f"lag-{namespace[2:8]}"
+    await world.add_profile(profile_body(profile, namespace, 1))
+    profile_path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile)
+    uid = (await admin.get(node_path()))["metadata"]["uid"]
+
+    def entry(run: str, verdict: str, created: str) -> certified.Entry:
+        base: certified.Entry = json.loads(forged_detail(profile))
+        return (
+            base
+            | {"run": run, "runUID": str(uuid.uuid4()), "verdict": verdict, "nodeUID": uid}
+            | {
+                "runCreated": created,
+                "completionTime": created,
+            }
+        )
+
+    async def record(value: certified.Entry) -> Obj:
+        body = {"status": {"certifiedNodes": certified.encode({KUBELET_NODE: value})}}
+        return await admin.merge_patch(f"{profile_path}/status", body)
+
+    older, newer = entry("older", "Pass", "2026-11-30T00:00:00Z"), entry("newer", "Fail", "2026-11-30T02:00:00Z")
+    stale = await record(older)
+    fresh = await record(newer)
+    kube = Kube(identities.admin(cluster.plane).api_client(), field_manager="signal-controller")
+    try:
+        ctx = Context(kube, namespace, "reassert-test")
+
+        async def resync(profile_seen: Obj) -> int:
+            """One re-assertion pass with these caches: the Node as the API server has it now."""
+            ctx.nodes.items = {KUBELET_NODE: node_view(await admin.get(node_path()))}
+            ctx.profiles.items = {profile: profile_seen}
+            return await reassert_projections(ctx)
+
+        assert await resync(fresh) == 1  # the newer result reaches the Node (as its projection would)
+        assert copy_of(await admin.get(node_path()), profile) == ("Fail", "Fail", "Fail", "False")
+        assert await resync(stale) == 0  # the cache still holds the older record: nothing to undo
+        node = await admin.get(node_path())
+        assert copy_of(node, profile) == ("Fail", "Fail", "Fail", "False")
+        annotation = json.loads(node["metadata"]["annotations"][keys.certified_label(profile)])
+        assert annotation["run"] == "newer"
+        await forge_pass(admin, profile)  # a real difference is still corrected from the fresh record
+        assert await resync(stale) == 1
+        assert copy_of(await admin.get(node_path()), profile) == ("Fail", "Fail", "Fail", "False")
+    finally:
+        await kube.close()
