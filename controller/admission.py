@@ -4,7 +4,8 @@
 2. create the Run (deterministic name);
 3. re-read the ledger: our fence and our group must still be there (else roll back);
 4. create the Run-owned immutable snapshot ConfigMap with the source's exact bytes;
-5. reserve every Node, one patch each, conditioned on its resourceVersion;
+5. reserve every Node, one patch each, conditioned on its resourceVersion (several at once:
+   controller/reservations.py ``each_node``);
 6. create the Workflow and mark the Run Running.
 
 A crash between any two writes leaves a state that recovery completes or rolls back. Any
@@ -23,7 +24,7 @@ from controller.manifests import (
     snapshot_manifest,
     workflow_manifest,
 )
-from controller.reservations import AdmissionAborted, reserve, rollback
+from controller.reservations import AdmissionAborted, reserve_all, rollback
 from controller.runview import RunView, run_view
 from controller.selection import Selection
 from controller.state import Context, log
@@ -98,8 +99,7 @@ async def complete_admission(ctx: Context, run: RunView, source: Obj | None) -> 
         raise AdmissionAborted(f"Run {name}: group missing from the admission ledger")
     try:
         await _ensure_snapshot(ctx, run, source)
-        for participant in run.participants:  # in index order
-            await reserve(ctx, run, participant)
+        await reserve_all(ctx, run)
     except AdmissionAborted as exc:
         await rollback(ctx, run, str(exc))
         raise

@@ -2,9 +2,16 @@
 resourceVersion), release a Run's Nodes (only what Signal set: an operator's cordon stays),
 and roll back an admission. Each write is safe to repeat and to interrupt: it reads the Node,
 decides the patch (controller/manifests.py: ``reservation_patch``, ``release_patch``) and
-retries on a Conflict with a fresh read."""
+retries on a Conflict with a fresh read.
 
+A group's Nodes are written ``NODE_WRITE_CONCURRENCY`` at a time (``each_node``): each write is
+independent of the others (its own Node, its own resourceVersion), so their order is free, and
+every write started has ended before the caller goes on (a rollback never races a reservation
+still in flight)."""
+
+import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable, Sequence
 
 from controller.manifests import release_patch, reservation_patch
 from controller.nodes import node_view
@@ -14,6 +21,8 @@ from kubeio.client import resource_path
 from kubeio.errors import Conflict, NotFound
 
 NODE_PATCH_ATTEMPTS = 5
+NODE_WRITE_CONCURRENCY = 8
+"""Node writes of one group in flight at once (reservation, release)."""
 
 
 class AdmissionAborted(RuntimeError):
@@ -22,6 +31,41 @@ class AdmissionAborted(RuntimeError):
 
 def _node_path(name: str) -> str:
     return resource_path("v1", "nodes", name=name)
+
+
+async def each_node(calls: Sequence[Callable[[], Awaitable[None]]], *, stop_at_first_error: bool) -> None:
+    """Await ``calls``, ``NODE_WRITE_CONCURRENCY`` at a time, all started ones to their end.
+    With ``stop_at_first_error`` those not started yet are skipped once one has failed. Raises
+    the first AdmissionAborted, else the first other error."""
+    gate = asyncio.Semaphore(NODE_WRITE_CONCURRENCY)
+    failed = False
+
+    async def one(call: Callable[[], Awaitable[None]]) -> None:
+        nonlocal failed
+        async with gate:
+            if failed and stop_at_first_error:
+                return
+            try:
+                await call()
+            except Exception:
+                failed = True
+                raise
+
+    outcomes = await asyncio.gather(*(one(call) for call in calls), return_exceptions=True)
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    aborted = [e for e in errors if isinstance(e, AdmissionAborted)]
+    if aborted or errors:
+        raise (aborted or errors)[0]
+
+
+async def reserve_all(ctx: Context, run: RunView) -> None:
+    """Reserve every participant of ``run`` (idempotent), or raise AdmissionAborted once the
+    reservations in flight have ended (none is started after the first refusal)."""
+    await each_node([_reserve_call(ctx, run, p) for p in run.participants], stop_at_first_error=True)
+
+
+def _reserve_call(ctx: Context, run: RunView, participant: ParticipantRef) -> Callable[[], Awaitable[None]]:
+    return lambda: reserve(ctx, run, participant)
 
 
 async def reserve(ctx: Context, run: RunView, participant: ParticipantRef) -> None:
@@ -49,11 +93,13 @@ async def reserve(ctx: Context, run: RunView, participant: ParticipantRef) -> No
 async def release_nodes(
     ctx: Context, run: RunView, *, restore_request: bool = False, next_attempt: int | None = None
 ) -> None:
-    """Remove ``run``'s reservation from every participant that still carries it."""
-    for participant in run.participants:
-        await release_node(
-            ctx, participant.node_name, run.uid, restore_request=restore_request, next_attempt=next_attempt
-        )
+    """Remove ``run``'s reservation from every participant that still carries it (each one is
+    tried even when another fails; then the first failure is raised)."""
+
+    def call(name: str) -> Callable[[], Awaitable[None]]:
+        return lambda: release_node(ctx, name, run.uid, restore_request=restore_request, next_attempt=next_attempt)
+
+    await each_node([call(p.node_name) for p in run.participants], stop_at_first_error=False)
 
 
 async def release_node(

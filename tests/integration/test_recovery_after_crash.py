@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from controller.reservations import NODE_WRITE_CONCURRENCY
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
@@ -271,3 +272,36 @@ async def test_crash_at_every_rollback_write(
         lambda s: s.converged_free,
         "no Run and no reservation",
     )
+
+
+async def test_a_group_larger_than_the_reservation_window_is_rolled_back_whole(
+    cluster: LocalCluster, admin: KubeClient, tmp_path: Path
+) -> None:
+    """Reservations are written NODE_WRITE_CONCURRENCY at a time. A group larger than that
+    window, half admitted (crash right after its Run's creation), whose second Node an operator
+    cordons meanwhile: the restarted controller's reservations in flight when the refusal comes
+    end before the rollback, which then leaves no Node reserved or tainted and no Run."""
+    size = NODE_WRITE_CONCURRENCY + 4
+    probe = Scenario(cluster, admin, tmp_path, size)
+    await probe.prepare()
+    await probe.run_once(SIGNAL_CRASH_TRACE=str(probe.workdir / "trace.tsv"))
+    await probe.finish(probe.converged_admitted, "admission")
+    after_create = _point_after_run_create(probe.trace())
+    s = Scenario(cluster, admin, tmp_path, size)
+    await s.prepare()
+    try:
+        assert await s.run_once(SIGNAL_CRASH_AT=str(after_create)) == 137
+        await s.admin.merge_patch(resource_path("v1", "nodes", name=s.names[1]), {"spec": {"unschedulable": True}})
+        await s.run_once()
+        await eventually(s.converged_free, timeout=45, what=f"the rollback\n{s.controller.logs()}")
+    except BaseException:
+        s.controller.stop()
+        raise
+    logs = s.controller.logs()
+    await s.finish(s.converged_free, f"a rolled-back group of {size}")
+    # The refusal came while the window's other reservations were being written: each was
+    # made (none is abandoned half-way) and then released by the rollback.
+    released = {line.split("node=")[1].split()[0] for line in logs.splitlines() if "node released" in line}
+    assert len(released) >= NODE_WRITE_CONCURRENCY - 1, logs
+    assert s.names[1] not in released, released
+    assert released <= set(s.names), released
