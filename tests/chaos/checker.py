@@ -277,12 +277,12 @@ def _on_run(state: _State, record: Record) -> None:
 
 
 def _on_workload(state: _State, record: Record, key: tuple[str, str, str]) -> None:
+    if record.type == "DELETED":  # a relist's DELETED carries no labels: the key alone says what went
+        state.workloads.pop(key, None)
+        return
     labels = _labels(record.obj)
     run_uid, check = labels.get(keys.RUN_UID_LABEL), labels.get(keys.CHECK_LABEL)
     if run_uid is None or check is None:
-        return
-    if record.type == "DELETED":
-        state.workloads.pop(key, None)
         return
     if key in state.workloads:
         return

@@ -104,7 +104,10 @@ class Recorder:
                 before = known.get(key)
                 if before is None or before[0] != meta["uid"]:
                     if before is not None:
-                        self._add(source.kind, "DELETED", rv, {"metadata": {"name": meta["name"], "uid": before[0]}})
+                        gone = {
+                            "metadata": {"name": meta["name"], "namespace": meta.get("namespace", ""), "uid": before[0]}
+                        }
+                        self._add(source.kind, "DELETED", rv, gone)
                     self._add(source.kind, "ADDED", rv, item)
                 elif before[1] != rv:
                     self._add(source.kind, "MODIFIED", rv, item)
