@@ -237,6 +237,8 @@ def _settle(state: _State, run_uid: str, record: Record, *, final: bool) -> None
 
 def _on_run(state: _State, record: Record) -> None:
     run, uid = record.obj, record.uid
+    if record.type == "DELETED" and uid in state.runs:
+        run = state.runs[uid]  # a relist's DELETED carries only the name, namespace and uid
     if record.type == "ADDED" and uid not in state.runs:
         state.created_at[uid] = record.at
         same = [

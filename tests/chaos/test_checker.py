@@ -289,6 +289,22 @@ def test_a_workload_seen_gone_by_a_relist_is_gone() -> None:
     assert violations(h) == []
 
 
+def test_a_run_seen_gone_by_a_relist_no_longer_holds_its_nodes() -> None:
+    """A relist's DELETED Run carries its name, namespace and uid only: the checker judges it
+    by the Run it last saw (participants included), not by the bare record."""
+    h = certified(end=False)
+    finished = h.records[-1].obj
+    h.unreserve("n0")
+    h.unreserve("n1")
+    h.add("Run", "DELETED", {"metadata": {k: finished["metadata"][k] for k in ("name", "namespace", "uid")}})
+    other = copy.deepcopy(finished)
+    other["metadata"].update(name="r2", uid="run-2", creationTimestamp="2026-11-30T01:00:00Z")
+    other["spec"]["profile"]["name"] = "other"
+    other["status"] = {"phase": "Running"}
+    h.add("Run", "ADDED", other)
+    assert [v.message for v in check(h.records, Rules(max_nodes_per_domain=2))[0]] == []
+
+
 # --- 5. the operator's cordon --------------------------------------------------------------------
 
 
