@@ -202,10 +202,10 @@ class Controller:
             self.ctx.written.pop(key.name, None)
             await reconcile_run(self.ctx, obj)
             return run_requeue(obj, self.ctx.clock())
-        await reconcile_profile(self.ctx, obj, resync=resync)
+        held = await reconcile_profile(self.ctx, obj, resync=resync)
         if resync:
             await recur(self.ctx, obj)
-        return Done()
+        return Done() if held is None else RequeueAfter(held)
 
     async def process(self, key: Key) -> None:
         """Reconcile one key and decide when it is looked at again. Raises only FATAL."""

@@ -1,8 +1,16 @@
 """Profile reconciliation: validate, verify the source, report Ready, and admit groups.
 
 The source ConfigMap is read with an uncached GET whenever an admission is possible, when
-the profile changed, and on every resync; a profile that is not Ready is never acted on."""
+the profile changed, and on every resync; a profile that is not Ready is never acted on.
 
+Status writes that change only progress (``eligibleNodes`` and condition messages, every
+condition's status and reason as they were) are made at most every ``PROGRESS_INTERVAL``
+seconds per profile: while an operator's request for 64 Nodes arrives Node by Node, each
+arrival would otherwise cost one write. The key is requeued for the rest of the interval, so
+the last figure is always written."""
+
+import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -19,12 +27,33 @@ from shared import keys
 from shared.conditions import condition, set_condition
 from shared.profile import CertificationProfile
 
+PROGRESS_INTERVAL = 2.0
+"""Least seconds between two progress-only status writes of one profile."""
+PROGRESS_FIELDS = frozenset({"eligibleNodes", "conditions"})
+
+
+def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether status ``new`` differs from ``old`` only in progress: ``eligibleNodes`` and the
+    conditions' messages (each condition's status, reason, generation and transition kept)."""
+
+    def shape(conditions: Any) -> list[tuple[Any, ...]]:
+        return sorted(
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("observedGeneration"), c.get("lastTransitionTime"))
+            for c in conditions or []
+        )
+
+    if any(old.get(k) != v for k, v in new.items() if k not in PROGRESS_FIELDS):
+        return False
+    return "eligibleNodes" in old and shape(old.get("conditions")) == shape(new.get("conditions"))
+
 
 def _candidates(ctx: Context, name: str) -> bool:
     return any(n.labels.get(keys.CERTIFY_LABEL) == name and n.reservation is None for n in ctx.nodes.items.values())
 
 
-async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> None:
+async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | None:
+    """One pass over a profile; returns the seconds after which to look again (a progress
+    write held back), or None."""
     name = raw["metadata"]["name"]
     status = raw.get("status") or {}
     generation = raw["metadata"].get("generation")
@@ -33,11 +62,10 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> None:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        await _set_status(ctx, raw, SourceCheck(False, "InvalidSpec", f"{where}: {first['msg']}"), None)
-        return
+        return await _set_status(ctx, raw, SourceCheck(False, "InvalidSpec", f"{where}: {first['msg']}"), None)
     stale = status.get("observedGeneration") != generation or condition(status.get("conditions") or [], "Ready") is None
     if not (stale or resync or _candidates(ctx, name)):
-        return
+        return None
     ref = profile.spec.source
     source = await ctx.kube.get_or_none(resource_path("v1", "configmaps", ref.namespace, ref.name))
     check = verify_source(profile, source)
@@ -53,10 +81,10 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> None:
                 log.warning("admission aborted", profile=name, reason=str(exc))
         else:
             shortfall = result
-    await _set_status(ctx, raw, check, shortfall)
+    return await _set_status(ctx, raw, check, shortfall)
 
 
-async def _set_status(ctx: Context, raw: Obj, check: SourceCheck, shortfall: Shortfall | None) -> None:
+async def _set_status(ctx: Context, raw: Obj, check: SourceCheck, shortfall: Shortfall | None) -> float | None:
     status = raw.get("status") or {}
     generation = raw["metadata"].get("generation")
     now: datetime = ctx.clock()
@@ -92,6 +120,13 @@ async def _set_status(ctx: Context, raw: Obj, check: SourceCheck, shortfall: Sho
             now=now,
         )
     if all(status.get(k) == v for k, v in updated.items()):
-        return
-    path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=raw["metadata"]["name"], subresource="status")
+        return None
+    name = raw["metadata"]["name"]
+    last = ctx.profile_status_written.get(name)
+    wait = 0.0 if last is None else last + PROGRESS_INTERVAL - time.monotonic()
+    if wait > 0 and progress_only(status, updated):
+        return wait
+    path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=name, subresource="status")
     await ctx.kube.merge_patch(path, {"metadata": {"uid": raw["metadata"]["uid"]}, "status": updated})
+    ctx.profile_status_written[name] = time.monotonic()
+    return None

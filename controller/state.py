@@ -67,6 +67,9 @@ class Context:
     written: dict[str, tuple[str, float]] = field(default_factory=dict)
     """Run name -> (resourceVersion, monotonic time) of this controller's last status write,
     so that the loop does not act on a cached Run older than its own write."""
+    profile_status_written: dict[str, float] = field(default_factory=dict)
+    """Profile name -> monotonic time of this controller's last status write of it
+    (controller/profiles.py: progress-only changes are written at most every few seconds)."""
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
