@@ -74,6 +74,11 @@ def system_node(kubelet_port: int) -> Obj:
     return manifest
 
 
+class StartError(RuntimeError):
+    """The workflow-controller exited during its start-up or did not start in time (e.g. the
+    API server was unreachable meanwhile); stop it before starting it again."""
+
+
 @dataclass
 class ArgoController:
     """Runs workflow-controller for a local cluster. ``start`` after the CRDs are installed."""
@@ -153,7 +158,7 @@ class ArgoController:
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:
             if not self.component.running():
-                raise RuntimeError(f"workflow-controller exited during start-up:\n{self.component.tail()}")
+                raise StartError(f"workflow-controller exited during start-up:\n{self.component.tail()}")
             with self.component.log_path.open("rb") as handle:
                 handle.seek(offset)
                 text = handle.read().decode(errors="replace")
@@ -161,7 +166,7 @@ class ArgoController:
                 log.info("argo workflow-controller started", version=ARGO_VERSION)
                 return
             await asyncio.sleep(0.2)
-        raise RuntimeError(f"workflow-controller not started after {timeout}s:\n{self.component.tail()}")
+        raise StartError(f"workflow-controller not started after {timeout}s:\n{self.component.tail()}")
 
     def stop(self) -> None:
         """Stop the controller (blocking: call it from a thread). It does not exit on SIGTERM,

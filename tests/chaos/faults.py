@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from localcluster.argoworkflows import StartError
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
@@ -188,7 +189,8 @@ class Injector:
 
         async def restart() -> None:
             # Another fault may have the API server down right now: wait it out, as an
-            # operator restarting Argo would (its start writes its ConfigMap first).
+            # operator restarting Argo would (its start writes its ConfigMap first, and the
+            # workflow-controller exits, or never syncs, while the API server cannot answer).
             deadline = time.monotonic() + OUTAGE_WAIT
             while True:
                 try:
@@ -197,7 +199,11 @@ class Injector:
                 except ApiError as exc:  # TransportError (no answer) included
                     if time.monotonic() > deadline or not (exc.retryable or exc.status >= 500):
                         raise
-                    await asyncio.sleep(1.0)
+                except StartError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.to_thread(argo.stop)
+                await asyncio.sleep(1.0)
             self.recorder.fault("start-argo")
 
         self.later(self.rng.uniform(3, 10), restart)
