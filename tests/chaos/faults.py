@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from localcluster.argoworkflows import StartError
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
@@ -203,11 +205,23 @@ class Injector:
                     if time.monotonic() > deadline:
                         raise
                     await asyncio.to_thread(argo.stop)
-                await asyncio.sleep(1.0)
+                await self._until_api_ready(deadline)
             self.recorder.fault("start-argo")
 
         self.later(self.rng.uniform(3, 10), restart)
         return True
+
+    async def _until_api_ready(self, deadline: float) -> None:
+        """Poll the API server's ``/readyz`` until it answers 200 or ``deadline`` passes (then
+        the caller's next attempt fails and says why)."""
+        plane = self.cluster.plane
+        headers = {"Authorization": f"Bearer {plane.admin_token}"}
+        async with httpx.AsyncClient(verify=False, timeout=2.0) as http:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(f"{plane.server}/readyz", headers=headers)).status_code == 200:
+                        return
+                await asyncio.sleep(0.2)
 
     async def _kill_adapter(self) -> bool:
         """SIGKILL a running adapter of this namespace (the process itself, not Argo's emissary
