@@ -47,6 +47,19 @@ SYSTEM_NODE = "signal-system-0"
 SYSTEM_NODE_LABEL = "projectsignal.dev/local-system"
 
 
+# Argo's executor containers (``init``, ``wait``) take their securityContext from the
+# controller's configuration only. Signal's namespace enforces Pod Security ``restricted``
+# (deploy/base/namespace.yaml), which refuses a step Pod whose executor containers do not drop
+# every capability, forbid privilege escalation, run as non-root with the runtime's seccomp
+# profile: an operator's Argo needs this setting (docs/operator-guide.md).
+EXECUTOR_SECURITY_CONTEXT: Obj = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
 def controller_config(instance_id: str = "") -> Obj:
     """The workflow-controller's configuration (the ConfigMap's ``config`` key). With an
     ``instance_id`` it runs only Workflows labelled ``workflows.argoproj.io/controller-instanceid``
@@ -55,6 +68,7 @@ def controller_config(instance_id: str = "") -> Obj:
         "metricsConfig": {"enabled": False},
         "telemetryConfig": {"enabled": False},
         "workflowDefaults": {"spec": {"nodeSelector": {SYSTEM_NODE_LABEL: "true"}}},
+        "executor": {"securityContext": EXECUTOR_SECURITY_CONTEXT},
     }
     if instance_id:
         config["instanceID"] = instance_id

@@ -99,6 +99,16 @@ class KubeClient:
     async def get(self, path: str, **params: str) -> Obj:
         return await self.request("GET", path, params=params or None)
 
+    async def text(self, path: str, **params: str) -> str:
+        """GET an answer that is not JSON (e.g. ``pods/NAME/log``)."""
+        try:
+            response = await self._http.get(path, params=params or None)
+        except httpx.TransportError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}", "GET", path) from exc
+        if response.status_code >= 300:
+            raise error_for(response.status_code, {"message": response.text}, "GET", path)
+        return response.text
+
     async def create(self, path: str, body: Obj) -> Obj:
         return await self.request("POST", path, body=body)
 

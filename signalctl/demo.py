@@ -1,16 +1,18 @@
-"""``signalctl demo``: the local demo, end to end. Starts the local control plane (with Argo
-Workflows' real workflow-controller and the simulated MPI operator), installs Signal into
-``signal-system`` the way ``deploy/`` does, creates a simulated GPU fleet, registers the
-example profile (examples/demo: a Pod check, an MPIJob check with real OpenMPI ranks, a Pod
-burn-in that gpu-003 fails), requests four Nodes (two groups of two), shows progress live,
-and ends with the Runs, the Nodes' projections and ``signalctl evidence verify`` for each
-Run. Ctrl-C stops everything cleanly."""
+"""``signalctl demo``: the local demo, end to end, on real nodes. Starts the local control plane
+and five real nodes (kubelet, containerd, kube-proxy; a system node and gpu-001..gpu-004), builds
+the images from this repository's Dockerfiles, installs Signal with ``deploy/overlays/local``,
+Argo's workflow-controller and the Kubeflow MPI operator as Pods on the system node, registers the
+example profile (examples/demo: a Pod check, an MPIJob check with real OpenMPI ranks over SSH, a
+Pod burn-in that gpu-003 fails), requests four Nodes (two groups of two), shows progress live,
+and ends with the Runs, the Nodes' projections, ``signalctl evidence verify`` for each Run and
+what the portal serves. ``--simulated`` runs the same on simulated Nodes (the process kubelet,
+the simulated MPI operator, the controller and portal as local processes). Ctrl-C stops
+everything cleanly."""
 
 import argparse
 import asyncio
 import contextlib
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,13 +26,13 @@ import structlog
 from localcluster import install
 from localcluster.binaries import kplane_binary
 from localcluster.cluster import LocalCluster
-from localcluster.controlplane import ControlPlane, free_port
-from localcluster.fleet import standard_fleet
+from localcluster.controlplane import ControlPlane
 from localcluster.kube import ApiError, KubeClient, resource_path
 from shared import keys
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, EvidenceError, decode_document
 from signalctl import demo_outcome as outcome
 from signalctl import progress
+from signalctl.demo_signal import PodSignal, Portal, ProcessSignal, Signal, real_shapes
 from signalctl.tables import NODE_HEADERS, node_rows, render
 
 NAMESPACE = "signal-system"
@@ -103,51 +105,50 @@ async def _overhead(admin: KubeClient, runs: list[Obj]) -> list[str]:
     return lines
 
 
-async def run_demo(nodes: int, workdir: Path | None, exit_after: float | None, timeout: float) -> int:
+async def run_demo(
+    nodes: int, workdir: Path | None, exit_after: float | None, timeout: float, real_nodes: bool = False
+) -> int:
     began = time.monotonic()
     _say("locating the local control plane binaries (built once, then cached)")
     binary = kplane_binary(show_progress=True)
     plane = ControlPlane(workdir=workdir, keep_workdir=True, binary=binary) if workdir else ControlPlane(binary=binary)
-    cluster = LocalCluster(plane=plane)
+    if real_nodes:
+        cluster = LocalCluster(plane=plane, real_nodes=real_shapes(), install_upstream=False, with_argo=False)
+        backend: Signal = PodSignal(cluster)
+    else:
+        cluster = LocalCluster(plane=plane)
+        backend = ProcessSignal(cluster)
     kept = "kept" if plane.keep_workdir else "removed at exit; --workdir DIR keeps it"
     _say(f"work directory: {plane.workdir} ({kept})")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    controller: subprocess.Popen[bytes] | None = None
-    portal: subprocess.Popen[bytes] | None = None
     code = 0
     try:
         await cluster.start(progress=_say)
-        controller = await _install_and_request(cluster, nodes)
-        code, runs = await _certification(cluster, controller, stop, timeout)
+        await _install_and_request(cluster, backend, nodes)
+        code, runs = await _certification(cluster, backend, stop, timeout)
         if code == 0:
-            code, portal = await _conclude(cluster, runs, began)
+            code = await _conclude(cluster, backend, runs, began)
             if code == 0:
                 print("    press Ctrl-C to stop and clean up", flush=True)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=exit_after)
         _say("stopping")
     finally:
-        for process in (portal, controller):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(10)
-                if process.poll() is None:
-                    process.kill()
+        backend.stop()
         await cluster.stop()
     _say("stopped cleanly")
     return code
 
 
 async def _certification(
-    cluster: LocalCluster, controller: subprocess.Popen[bytes], stop: asyncio.Event, timeout: float
+    cluster: LocalCluster, backend: Signal, stop: asyncio.Event, timeout: float
 ) -> tuple[int, list[Obj]]:
     """Show progress until everything the demo reports has happened (outcome.settled: every Run
     ended, every Node projected, the Succeeded Run released). (0 or the exit code, the Runs)."""
-    admin, plane = cluster.admin, cluster.plane
+    admin = cluster.admin
     watcher = Progress(admin)
     deadline = time.monotonic() + timeout
     runs: list[Obj] = []
@@ -155,9 +156,10 @@ async def _certification(
         runs = await watcher.poll()
         if outcome.settled(runs, await _nodes(admin), TERMINAL):
             return 0, runs
-        if time.monotonic() > deadline or controller.poll() is not None:
-            _say("the certification did not finish in time" if controller.poll() is None else "controller exited")
-            print((plane.workdir / "controller.log").read_text()[-3000:])
+        problem = await backend.controller_problem()
+        if time.monotonic() > deadline or problem is not None:
+            _say(problem or "the certification did not finish in time")
+            print(await backend.controller_log())
             return 1, runs
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=1.0)
@@ -165,73 +167,68 @@ async def _certification(
     return 130, runs
 
 
-async def _conclude(cluster: LocalCluster, runs: list[Obj], began: float) -> tuple[int, subprocess.Popen[bytes] | None]:
+async def _conclude(cluster: LocalCluster, backend: Signal, runs: list[Obj], began: float) -> int:
     """The report, then the portal; exit code 1 (and why) unless all of it is as expected."""
     admin, plane = cluster.admin, cluster.plane
     verify_codes = await _report(admin, runs, plane, began)
     found = outcome.problems(runs, await _nodes(admin), verify_codes)
-    portal = None
     if not found:
-        port = free_port()
-        portal = await install.start_portal(plane, NAMESPACE, plane.workdir, port=port)
-        found = await _show_portal(port, portal, runs)
+        found = await _show_portal(await backend.start_portal(), backend, runs)
     if not found:
         _say("the demo ended as expected")
-        return 0, portal
+        return 0
     _say("the demo did NOT end as expected:")
     for problem in found:
         print(f"    - {problem}", flush=True)
     keep = "" if plane.keep_workdir else " (removed at exit: pass --workdir DIR to keep them)"
     print(f"    logs: {plane.workdir}{keep}", flush=True)
-    return 1, portal
+    return 1
 
 
-async def _install_and_request(cluster: LocalCluster, nodes: int) -> subprocess.Popen[bytes]:
+async def _install_and_request(cluster: LocalCluster, backend: Signal, nodes: int) -> None:
     """Fleet, Signal, the example profile, the controller, and the request of four Nodes."""
-    admin, plane = cluster.admin, cluster.plane
-    _say(f"creating {nodes} simulated GPU Nodes")
-    await cluster.add_nodes(standard_fleet(nodes))
-    listing = await admin.get(resource_path("v1", "nodes"), labelSelector="projectsignal.dev/simulated=true")
+    admin = cluster.admin
+    if cluster.realnodes is None:
+        _say(f"creating {nodes} simulated GPU Nodes")
+    await backend.fleet(nodes)
+    listing = await admin.get(resource_path("v1", "nodes"))
     gpus = [n for n in listing["items"] if n["metadata"]["name"].startswith("gpu-")]
     print(render(NODE_HEADERS, node_rows(gpus)))
-    _say(f"installing Signal into {NAMESPACE} (controller and adapter RBAC, the adapter WorkflowTemplate)")
-    await install.install(admin, NAMESPACE)
+    await backend.install(_say)
     digest = await install.source_config_map(admin, "signal-scripts", "demo-gpu-scripts", EXAMPLE / "scripts")
     profile = install.profile_from(EXAMPLE / "profile.yaml", digest)
     await admin.create(resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), profile)
     print(f"    profile {profile['metadata']['name']}: {len(profile['spec']['checks'])} checks, source {digest}")
-    controller = await install.start_controller(
-        plane, NAMESPACE, plane.workdir, instance_id=cluster.workflow_instance_id, metrics_port=free_port()
-    )
+    await backend.start_controller()
     _say(f"requesting {', '.join(REQUESTED)} (groups of 2; gpu-003 is made to fail the burn-in)")
     for name in REQUESTED:
         patch = {"metadata": {"labels": {keys.CERTIFY_LABEL: profile["metadata"]["name"]}}}
         await admin.merge_patch(resource_path("v1", "nodes", name=name), patch)
-    return controller
 
 
-async def _show_portal(port: int, portal: subprocess.Popen[bytes], runs: list[Obj]) -> list[str]:
+async def _show_portal(portal: Portal, backend: Signal, runs: list[Obj]) -> list[str]:
     """Wait for the portal, print what it serves for the requested Nodes; what differs from the
     expected end (outcome.portal_problems)."""
-    base = f"http://127.0.0.1:{port}"
+    base = portal.base
     deadline = time.monotonic() + 60
-    async with httpx.AsyncClient(base_url=base, timeout=5) as http:
+    async with httpx.AsyncClient(base_url=base, timeout=5, **portal.client) as http:
         while True:
             with contextlib.suppress(httpx.HTTPError):
-                if (await http.get("/readyz")).status_code == 200:
+                if (await http.get("/readyz", **portal.request)).status_code == 200:
                     break
-            if portal.poll() is not None:
-                return ["the portal exited; see portal.log in the demo's work directory"]
+            problem = await backend.portal_problem()
+            if problem is not None:
+                return [problem]
             if time.monotonic() > deadline:
                 return ["the portal did not become ready within 60s; see portal.log in the demo's work directory"]
             await asyncio.sleep(0.5)
         rows = []
         for name in REQUESTED:
-            summary = (await http.get(f"/api/v1/nodes/{name}")).json()
+            summary = (await http.get(f"/api/v1/nodes/{name}", **portal.request)).json()
             for check in summary.get("checks", []):
                 rows.append([name, check.get("check", ""), check.get("state", ""), check.get("reason", "")])
     print()
-    _say(f"the portal (read-only, as signal-portal; --auth none for local use): {base}/")
+    _say(f"the portal ({portal.note}): {base}/")
     print(render(["NODE", "CHECK", "STATE", "REASON"], rows))
     print(f"    API: {base}/api/v1/results   OpenAPI: {base}/api/v1/openapi.json")
     profile = runs[0]["spec"]["profile"]["name"]
@@ -303,10 +300,18 @@ def _quiet_infrastructure_logs(path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="signalctl demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=8, help="simulated GPU Nodes to create (default 8, at least 4)")
+    parser.add_argument(
+        "--nodes", type=int, default=8, help="with --simulated: GPU Nodes to create (default 8, at least 4)"
+    )
     parser.add_argument("--workdir", type=Path, help="keep the control plane's files here")
     parser.add_argument("--exit-after", type=float, help="stop this many seconds after the report, not on Ctrl-C")
     parser.add_argument("--timeout", type=float, default=900, help="give up on the certification after this long")
+    parser.add_argument(
+        "--simulated",
+        action="store_true",
+        help="simulated GPU Nodes and the process kubelet, the controller and portal as local processes "
+        "(for a machine without root or containerd); default: real nodes with everything as Pods",
+    )
     args = parser.parse_args(argv)
     if args.nodes < len(REQUESTED):
         parser.error(f"--nodes must be at least {len(REQUESTED)}")
@@ -314,7 +319,7 @@ def main(argv: list[str]) -> int:
     _quiet_infrastructure_logs(log_dir / "signal-demo-localcluster.log")
     print(f"==> local cluster logs: {log_dir / 'signal-demo-localcluster.log'}", flush=True)
     try:
-        return asyncio.run(run_demo(args.nodes, args.workdir, args.exit_after, args.timeout))
+        return asyncio.run(run_demo(args.nodes, args.workdir, args.exit_after, args.timeout, not args.simulated))
     except Exception as exc:
         print(f"signalctl demo failed: {exc}", file=sys.stderr)
         return 1

@@ -34,8 +34,9 @@ from localcluster.realnode.pki import APISERVER_KUBELET_CLIENT, KUBE_PROXY_USER,
 from shared import keys
 
 log = structlog.get_logger("localcluster.realnode")
-CONTROLLERS = ("endpointslice-controller",)
-"""kube-controller-manager controllers real nodes need besides the local cluster's own."""
+CONTROLLERS = ("endpointslice-controller", "deployment-controller", "replicaset-controller")
+"""kube-controller-manager controllers real nodes need besides the local cluster's own (the
+Deployments of ``localcluster.incluster``: Signal, Argo and the MPI operator as Pods)."""
 
 
 TOOLS = (

@@ -1,4 +1,4 @@
-"""The README's first command: `signalctl demo` starts the local cluster (with Argo), runs a
+"""`signalctl demo --simulated` (the README's first command on simulated Nodes) starts the local cluster (with Argo), runs a
 full certification end to end (one Node made to fail, the rest passing), verifies the
 evidence, keeps running, and stops cleanly on Ctrl-C (SIGINT) leaving no component behind
 (issue 5, acceptance 7). It reports only what has happened (the Succeeded Run's Nodes are
@@ -107,7 +107,7 @@ def _read_until(process: subprocess.Popen[str], marker: str, lines: list[str], t
 def test_demo_certifies_end_to_end_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
     lines: list[str] = []
-    with demo("--nodes", "6", "--workdir", str(workdir)) as process:
+    with demo("--simulated", "--nodes", "6", "--workdir", str(workdir)) as process:
         reached = _read_until(process, "press Ctrl-C", lines, 900)
         output = "\n".join(lines)
         assert reached, output
@@ -154,7 +154,7 @@ def test_demo_certifies_end_to_end_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
 
 def test_a_demo_killed_mid_run_leaves_nothing_and_the_next_starts_cleanly() -> None:
     lines: list[str] = []
-    with demo("--nodes", "4") as process:
+    with demo("--simulated", "--nodes", "4") as process:
         assert _read_until(process, "]: Running", lines, 900), "\n".join(lines)
         workdir = Path(
             next(line for line in lines if "work directory:" in line).split("work directory: ")[1].split()[0]
@@ -175,7 +175,7 @@ def test_a_demo_killed_mid_run_leaves_nothing_and_the_next_starts_cleanly() -> N
         assert not workdir.exists(), "the killed demo's work directory was not removed"
 
     lines = []
-    with demo("--nodes", "4") as process:
+    with demo("--simulated", "--nodes", "4") as process:
         assert _read_until(process, "requesting gpu-001", lines, 600), "\n".join(lines)
         assert "exited during start-up" not in "\n".join(lines)
         workdir = Path(
@@ -209,7 +209,7 @@ def test_the_demo_exits_non_zero_when_its_end_is_not_the_expected_one(tmp_path: 
     (broken / "crds").symlink_to(real / "crds")
     (broken / "argoexec").write_text("#!/bin/sh\necho 'argoexec: broken on purpose' >&2\nexit 129\n")
     (broken / "argoexec").chmod(0o755)
-    with demo("--nodes", "4", "--timeout", "600", env={"SIGNAL_ARGO_BUILD": str(broken)}) as process:
+    with demo("--simulated", "--nodes", "4", "--timeout", "600", env={"SIGNAL_ARGO_BUILD": str(broken)}) as process:
         assert process.stdout is not None
         output = "\n".join(line.rstrip() for line in process.stdout)
         process.wait(60)
