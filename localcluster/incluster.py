@@ -105,7 +105,10 @@ def argo_objects(rendered: Iterable[Obj], workflow_controller: str, executor: st
             continue
         doc = copy.deepcopy(original)
         if doc["kind"] == "ConfigMap" and name == CONFIGMAP:
-            doc["data"] = {"config": yaml.safe_dump(controller_config(instance_id), sort_keys=True)}
+            # As docs/operator-guide.md asks of an operator's Argo: a Workflow may only reference
+            # a template (the controller may create Workflows; this keeps out inline containers).
+            config = {**controller_config(instance_id), "workflowRestrictions": {"templateReferencing": "Secure"}}
+            doc["data"] = {"config": yaml.safe_dump(config, sort_keys=True)}
         if doc["kind"] == "Deployment" and name == "workflow-controller":
             container = doc["spec"]["template"]["spec"]["containers"][0]
             container["image"] = workflow_controller

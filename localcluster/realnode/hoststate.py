@@ -20,6 +20,7 @@ start for records whose owner and janitor are both gone (:func:`sweep`). Standar
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -164,6 +165,8 @@ def clean(record_path: Path) -> None:
         subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
     if Path("/sys/class/net", bridge).exists():
         raise RuntimeError(f"bridge {bridge} could not be removed: remove it with `ip link del {bridge}`")
+    if record.get("removeWorkdir") and record.get("workdir"):  # the nodes' files, unless kept
+        shutil.rmtree(str(record["workdir"]), ignore_errors=True)
     record_path.unlink(missing_ok=True)
     with contextlib.suppress(OSError):  # the last cluster gone: leave no empty directory behind
         record_path.parent.rmdir()

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,6 +66,26 @@ def missing_requirements() -> list[str]:
     return missing
 
 
+SOCKET_ROOM = 48
+"""The longest nodes' directory whose sockets (containerd's ``<node>/containerd/containerd.sock.ttrpc``,
+the kubelet's under its root) stay within a Unix socket path's 108 bytes."""
+
+
+def nodes_directory(wanted: Path) -> Path:
+    """Create and return the nodes' directory: ``wanted`` when short enough for their Unix
+    sockets (:data:`SOCKET_ROOM`), else a short one under the system's temporary directory that
+    ``wanted`` links to (a long ``--workdir`` would otherwise make containerd fail with "unix
+    socket path too long")."""
+    if len(str(wanted)) <= SOCKET_ROOM:
+        wanted.mkdir(parents=True, exist_ok=True)
+        return wanted
+    short = Path(tempfile.mkdtemp(prefix="signal-rn-"))
+    wanted.parent.mkdir(parents=True, exist_ok=True)
+    wanted.unlink(missing_ok=True)
+    wanted.symlink_to(short, target_is_directory=True)
+    return short
+
+
 def gpu_nodes(count: int, prefix: str = "node") -> list[SimNode]:
     """``count`` GPU Node shapes (8 GPUs, 8 RDMA) over two zones and racks: ``node-1``..."""
     return [
@@ -113,9 +134,8 @@ class RealNodes:
                 f"real nodes cannot run on this machine, it lacks: {', '.join(missing)}; "
                 "run hack/install-system-deps.sh as root (or use simulated Nodes only)"
             )
-        self.directory = plane.workdir / "realnodes"
         self.keep = self.keep or plane.keep_workdir
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = nodes_directory(plane.workdir / "realnodes")
         with hoststate.locked() as state:
             for bridge in hoststate.sweep():
                 log.warning("removed the host state of a killed cluster", bridge=bridge)
@@ -163,6 +183,7 @@ class RealNodes:
             "nftTable": self.network.nft_table,
             "cgroup": self.cgroup,
             "workdir": str(self.directory),
+            "removeWorkdir": not self.keep,
         }
         hoststate.write_record(self._record, body)
 

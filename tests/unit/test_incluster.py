@@ -62,6 +62,14 @@ def test_the_workflow_controller_runs_the_local_images_on_the_system_node() -> N
     config = yaml.safe_load(next(d for d in kept if d["kind"] == "ConfigMap")["data"]["config"])
     assert config["instanceID"] == "signal"
     assert config["workflowDefaults"]["spec"]["nodeSelector"] == {SYSTEM_NODE_LABEL: "true"}
+    assert config["workflowRestrictions"] == {"templateReferencing": "Secure"}
+    # Step Pods pass Pod Security restricted in signal-system (docs/operator-guide.md).
+    assert config["executor"]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     # The input is not changed.
     assert ARGO_RENDERED[-1]["spec"]["template"]["spec"]["containers"][0]["image"] == "upstream:latest"
 

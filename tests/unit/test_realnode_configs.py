@@ -4,13 +4,15 @@ configurations, and the OCI archives written for the pause and test images."""
 import hashlib
 import ipaddress
 import json
+import shutil
 import tarfile
+import tempfile
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from localcluster.realnode import configs, containerd, network
+from localcluster.realnode import configs, containerd, network, pool
 from localcluster.realnode.images import PAUSE_IMAGE, oci_archive
 from localcluster.realnode.pki import ClusterPKI
 
@@ -143,3 +145,30 @@ def test_a_server_certificate_must_name_its_addresses(tmp_path: Path) -> None:
         pki.issue("kubelet", "system:node:n", server=True)
     with pytest.raises(ValueError, match="client, a server or both"):
         pki.issue("nothing", "x")
+
+
+def test_a_short_nodes_directory_is_used_as_it_is() -> None:
+    parent = Path(tempfile.mkdtemp(prefix="rn-"))
+    try:
+        wanted = parent / "realnodes"
+        assert len(str(wanted)) <= pool.SOCKET_ROOM
+        assert pool.nodes_directory(wanted) == wanted
+        assert wanted.is_dir()
+        assert not wanted.is_symlink()
+    finally:
+        shutil.rmtree(parent)
+
+
+def test_a_long_nodes_directory_becomes_a_short_one_it_links_to(tmp_path: Path) -> None:
+    """A long --workdir made containerd fail: 'unix socket path too long (> 104)'."""
+    wanted = tmp_path / ("long-" * 12) / "realnodes"
+    directory = pool.nodes_directory(wanted)
+    try:
+        assert len(str(directory)) <= pool.SOCKET_ROOM
+        assert directory.is_dir()
+        assert wanted.is_symlink()
+        assert wanted.resolve() == directory.resolve()
+        socket = directory / "system-1" / "containerd" / "containerd.sock.ttrpc"
+        assert len(str(socket)) < 104
+    finally:
+        shutil.rmtree(directory)
