@@ -9,7 +9,7 @@ with a real token and RBAC:
   ``manifests/base/cluster-role.yaml`` when the tree has it (a full clone does); never copied
   into this repository;
 * otherwise :data:`OPERATOR_RULES`, our own least-privilege rules, written from what
-  v0.8.0's controller calls (the trimmed tree in ../shared holds only the CRD).
+  v0.8.0's controller calls (for a trimmed tree that holds the CRD and the Go sources only).
 
 Two ways to run it:
 
@@ -33,6 +33,7 @@ import structlog
 import yaml
 
 from localcluster import identities, procs
+from localcluster.binaries import mpi_operator_src
 from localcluster.buildah import ImageBuildError
 from localcluster.controlplane import Component, ControlPlane, kubeconfig_text
 from localcluster.kube import KubeClient, Obj, resource_path
@@ -76,8 +77,8 @@ class OperatorError(RuntimeError):
 
 
 def source_dir() -> Path:
-    configured = os.environ.get("SIGNAL_MPI_OPERATOR_SRC")
-    return Path(configured) if configured else REPO_ROOT.parent / "shared" / "upstream-src" / "mpi-operator-v0.8.0"
+    """The operator's source tree: the one configurable location (``binaries.mpi_operator_src``)."""
+    return mpi_operator_src()
 
 
 def operator_binary() -> Path:

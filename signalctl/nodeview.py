@@ -128,6 +128,18 @@ def _line(label: str, value: object) -> str:
     return f"  {label + ':':<16}{value if value not in (None, '') else '<none>'}"
 
 
+def cordoned(node: Obj) -> str:
+    """Whether new Pods are kept off the Node, and by whom: an operator's cordon
+    (``spec.unschedulable``) and/or Signal's reservation taint."""
+    spec = node.get("spec") or {}
+    ways = []
+    if spec.get("unschedulable"):
+        ways.append("by an operator (spec.unschedulable)")
+    if any(t.get("key") == keys.RESERVED_TAINT_KEY for t in spec.get("taints") or []):
+        ways.append(f"by Signal's reservation (taint {keys.RESERVED_TAINT_KEY})")
+    return f"yes, {' and '.join(ways)}" if ways else "no"
+
+
 def describe_node(node: Obj, profiles: Sequence[Behind], now: datetime, profiles_note: str = "") -> str:
     meta = node["metadata"]
     labels = meta.get("labels") or {}
@@ -138,7 +150,7 @@ def describe_node(node: Obj, profiles: Sequence[Behind], now: datetime, profiles
         f"UID:            {meta.get('uid')}",
         f"Reserved by:    {f'Run uid {reserved} {reservation}'.strip() if reserved else '<not reserved>'}",
         f"Requested:      {labels.get(keys.CERTIFY_LABEL) or '<no request>'}",
-        f"Cordoned:       {'yes (spec.unschedulable)' if (node.get('spec') or {}).get('unschedulable') else 'no'}",
+        f"Cordoned:       {cordoned(node)}",
     ]
     if profiles_note:
         lines.append(f"Profiles:       {profiles_note}")

@@ -3,6 +3,7 @@ steps (a Pod check, then an MPIJob check with real OpenMPI ranks) -> evidence ->
 projection -> release, with the real controller and adapter as their ServiceAccounts and the
 Workflow executed on the local control plane."""
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ SCRIPTS = {
     "inventory.sh": '#!/bin/sh\necho "gpus on $SIGNAL_NODE_NAME"\nprintf \'{"gpus": 8}\' > "$SIGNAL_MEASUREMENTS_FILE"\n',
     "nccl.sh": '#!/bin/sh\necho "rank $SIGNAL_RANK of $SIGNAL_WORLD_SIZE"\n',
     "flaky.sh": "#!/bin/sh\nif [ \"$SIGNAL_PARTICIPANT_INDEX\" = 1 ]; then echo 'XID 79' >&2; exit 1; fi\n",
+    # Exit 3: "my evidence is insufficient" (docs/reference.md), e.g. NCCL debug output switched off.
+    "unsure.sh": "#!/bin/sh\necho 'no NCCL debug lines: cannot tell the transport' >&2\nexit 3\n",
 }
 
 
@@ -166,5 +169,34 @@ async def test_failed_run_stays_cordoned_until_release(world: World, admin: Kube
             assert not [t for t in node["spec"].get("taints") or [] if t["key"] == keys.RESERVED_TAINT_KEY]
         assert freed[1]["spec"].get("unschedulable") is True
         assert not freed[0]["spec"].get("unschedulable")
+    finally:
+        controller.stop()
+
+
+async def test_a_script_that_exits_3_is_inconclusive_never_failed(
+    world: World, admin: KubeClient, tmp_path: Path
+) -> None:
+    """Exit 3 through the whole path (issue 16 part 2): the runner reports it, the evidence
+    records Inconclusive, the Run is Inconclusive (not Failed) and no Node is projected Fail."""
+    run, names, controller = await _run_to_the_end(world, tmp_path, "unsure.sh")
+    try:
+        assert run["status"]["phase"] == "Inconclusive", (run["status"], controller.logs())
+        assert run["status"]["checkVerdicts"][0] == {"name": "inventory", "verdict": "Inconclusive"}
+        document = await _verify(admin, run)
+        first = document["checks"][0]
+        verdict, _problem, _ = validate_check(run, first["index"], first["evidence"])
+        assert verdict.value == "Inconclusive"
+        participants = first["evidence"]["results"]["participants"]
+        assert len(participants) == 2
+        assert all("ScriptInconclusive: the script exited 3" in json.dumps(p) for p in participants), participants
+        profile = run["spec"]["profile"]["name"]
+
+        async def projected() -> dict[str, str] | None:
+            nodes = await world.nodes(names)
+            labels = {n["metadata"]["name"]: n["metadata"]["labels"].get(keys.certified_label(profile)) for n in nodes}
+            return labels if all(labels.values()) else None
+
+        labels = await eventually(projected, timeout=30, what="the projection")
+        assert set(labels.values()) == {"Inconclusive"}, labels
     finally:
         controller.stop()

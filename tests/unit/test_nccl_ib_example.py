@@ -155,7 +155,7 @@ def test_ibext_plugin_passes() -> None:
         ("socket_fallback.rank0.log", 0, 2, "socket fall-back: 4 channel(s) via NET/Socket"),
         ("socket_fallback.rank1.log", 1, 2, "socket fall-back"),
         ("mixed_socket.rank0.log", 0, 2, "socket fall-back: 2 channel(s) via NET/Socket"),
-        ("mixed_socket.rank0.log", 0, 2, "mixed transports across ranks: IB"),
+        ("mixed_socket.rank0.log", 0, 2, "mixed transports on one host"),
         ("combined_2x2_mixed.log", 0, 4, "mixed transports across ranks: IB (sig-7a2e91c05b3d-c0-worker-0), Socket"),
         ("libfabric.rank0.log", 0, 2, "NCCL chose network 'AWS Libfabric', not IB"),
         ("libfabric.rank0.log", 0, 2, "not via IB verbs (first: via NET/AWS Libfabric/0/GDRDMA)"),
@@ -515,3 +515,56 @@ def test_readme_explains_threshold_and_digest() -> None:
     assert "MIN_BUSBW_GBPS" in readme
     assert "deploy/tools/bundle-digest.sh" in readme
     assert (REPO / "deploy" / "tools" / "bundle-digest.sh").is_file()
+
+
+def _verify(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    script = configured_copy(tmp_path, None)
+    env = clean_environment(os.environ, {}, home=tmp_path)
+    return subprocess.run(
+        [*script_argv(script), *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_help_says_how_to_run_it_and_what_the_exit_codes_mean(tmp_path: Path) -> None:
+    done = _verify(tmp_path, "--help")
+    assert done.returncode == 0, done.stderr
+    assert "--verify LOGFILE" in done.stdout
+    assert "3 Inconclusive" in done.stdout
+
+
+def test_unexpected_arguments_prove_nothing(tmp_path: Path) -> None:
+    """Before: any argument list but --verify FILE ran the script as a rank."""
+    done = _verify(tmp_path, "--verfy", "x.log")
+    assert done.returncode == INCONCLUSIVE_EXIT_CODE
+    assert "unexpected arguments" in done.stderr
+
+
+def test_verify_names_the_rank_the_log_is_from(tmp_path: Path) -> None:
+    """Before: stderr said 'rank 0' for a rank-1 log whose JSON report said rank 1."""
+    done = _verify(tmp_path, "--verify", str(DATA / "socket_fallback.rank1.log"))
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout.removeprefix(nccl.RESULT_PREFIX).splitlines()[0])
+    assert report["rank"] == 1
+    assert "nccl-ib: rank 1: FAIL: socket fall-back" in done.stderr
+    assert "rank 0" not in done.stderr
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A YAML loader that refuses duplicate mapping keys (as strict parsers do)."""
+
+
+def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> object:
+    keys = [loader.construct_object(k, deep=deep) for k, _ in node.value]
+    duplicated = sorted({str(k) for k in keys if keys.count(k) > 1})
+    if duplicated:
+        raise yaml.constructor.ConstructorError(None, None, f"duplicate keys {duplicated}", node.start_mark)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*/profile.yaml")), ids=lambda p: p.parent.name)
+def test_example_profiles_have_no_duplicate_keys(path: Path) -> None:
+    """examples/nccl-ib/profile.yaml had `mpi:` twice (PyYAML took the last one silently)."""
+    assert yaml.load(path.read_text(), Loader=_StrictLoader)

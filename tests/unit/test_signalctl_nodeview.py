@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from shared import keys
-from signalctl.nodeview import Behind, describe_node, freshness_window, not_current, projected_profiles
+from signalctl.nodeview import Behind, cordoned, describe_node, freshness_window, not_current, projected_profiles
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -110,3 +110,25 @@ def test_freshness_falls_back_to_recurrence_then_seven_days() -> None:
     assert freshness_window({"freshness": "2h", "recurrence": {"interval": "5h"}}) == timedelta(hours=2)
     assert freshness_window({"recurrence": {"interval": "5h"}}) == timedelta(hours=5)
     assert freshness_window({"freshness": "nonsense"}) == timedelta(days=7)
+
+
+@pytest.mark.parametrize(
+    ("spec", "shown"),
+    [
+        ({}, "no"),
+        ({"unschedulable": True}, "yes, by an operator (spec.unschedulable)"),
+        (
+            {"taints": [{"key": keys.RESERVED_TAINT_KEY, "effect": "NoSchedule"}]},
+            f"yes, by Signal's reservation (taint {keys.RESERVED_TAINT_KEY})",
+        ),
+        (
+            {"unschedulable": True, "taints": [{"key": keys.RESERVED_TAINT_KEY, "effect": "NoSchedule"}]},
+            f"yes, by an operator (spec.unschedulable) and by Signal's reservation (taint {keys.RESERVED_TAINT_KEY})",
+        ),
+        ({"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}, "no"),
+    ],
+)
+def test_cordoned_names_who_keeps_pods_off(spec: dict[str, object], shown: str) -> None:
+    """A Node Signal holds was described as 'Cordoned: no' (its cordon is a taint)."""
+    assert cordoned({"metadata": {"name": "n"}, "spec": spec}) == shown
+    assert f"Cordoned:       {shown}" in describe_node({"metadata": {"name": "n"}, "spec": spec}, [], NOW)

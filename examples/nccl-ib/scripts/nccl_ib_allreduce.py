@@ -340,9 +340,13 @@ def _verify_transport(parsed: Parsed, faults: list[str], missing: list[str], set
         faults.append(f"NCCL chose network {chosen[0]!r}, not IB")
     kinds = {c.net: c.host for c in inter}
     if len(kinds) > 1:
-        faults.append(
-            "mixed transports across ranks: " + ", ".join(f"{n} ({h or '?'})" for n, h in sorted(kinds.items()))
-        )
+        hosts = set(kinds.values())
+        if len(hosts) == 1:
+            faults.append(f"mixed transports on one host ({hosts.pop() or '?'}): {', '.join(sorted(kinds))}")
+        else:
+            faults.append(
+                "mixed transports across ranks: " + ", ".join(f"{n} ({h or '?'})" for n, h in sorted(kinds.items()))
+            )
     if settings.require_gdrdma and ib and not all(c.gdrdma for c in ib):
         faults.append("REQUIRE_GDRDMA: an inter-node channel via NET/IB without GDRDMA")
     host_of = {rank: names[0] for rank, names in parsed.header_ranks.items()}
@@ -539,10 +543,23 @@ def _report(verdict: Verdict, rank: int) -> int:
     return verdict.exit_code
 
 
+USAGE = """usage: nccl_ib_allreduce.py               as a rank of an MPIJob check (Signal's runner; no arguments)
+       nccl_ib_allreduce.py --verify LOGFILE  judge a captured log: one rank's, or mpirun's combined output
+exit: 0 Pass, 1 Fail (a proven fault, named on stderr), 3 Inconclusive (the evidence is insufficient)
+settings: the constants at the top of this file (MIN_BUSBW_GBPS must be set)"""
+
+
 def main(argv: list[str]) -> int:
     settings = settings_from_constants()
+    if argv[:1] in (["-h"], ["--help"]):
+        print(USAGE)
+        return 0
     if argv[:1] == ["--verify"] and len(argv) == 2:
-        return _report(verify_log(Path(argv[1]).read_text(encoding="utf-8", errors="replace"), settings), 0)
+        verdict = verify_log(Path(argv[1]).read_text(encoding="utf-8", errors="replace"), settings)
+        return _report(verdict, int(verdict.measurements.get("rank", 0)))
+    if argv:
+        print(f"nccl-ib: INCONCLUSIVE: unexpected arguments {argv}\n{USAGE}", file=sys.stderr)
+        return EXIT_CODES[INCONCLUSIVE]
     problems = config_problems(settings)
     if problems:
         for problem in problems:
