@@ -19,6 +19,7 @@ Signal, ratio, goal) and :func:`growth`."""
 import asyncio
 import json
 import ssl
+import statistics
 import time
 import uuid
 from collections import Counter
@@ -150,16 +151,24 @@ class WriteFloor:
     sequential: float
     concurrent: float
     concurrency: int
+    sequential_runs: tuple[float, ...] = ()
+    concurrent_runs: tuple[float, ...] = ()
+    """Every measurement; ``sequential``/``concurrent`` are their medians (on a shared two-core
+    machine one measurement varied 0.38-1.02 s between runs)."""
 
     @property
     def writes(self) -> int:
         return self.patches + self.creates
 
     def describe(self) -> str:
+        def spread(runs: tuple[float, ...]) -> str:
+            return f" [median of {len(runs)}: {min(runs):.3f}-{max(runs):.3f}s]" if len(runs) > 1 else ""
+
         return (
             f"API write floor ({self.patches} conditional Node PATCHes + {self.creates} creates, bare httpx): "
-            f"sequential {self.sequential:.3f}s ({self.writes / self.sequential:.0f} writes/s), "
-            f"concurrency {self.concurrency} {self.concurrent:.3f}s ({self.writes / self.concurrent:.0f} writes/s)"
+            f"sequential {self.sequential:.3f}s ({self.writes / self.sequential:.0f} writes/s)"
+            f"{spread(self.sequential_runs)}, concurrency {self.concurrency} {self.concurrent:.3f}s "
+            f"({self.writes / self.concurrent:.0f} writes/s){spread(self.concurrent_runs)}"
         )
 
 
@@ -180,12 +189,13 @@ def _patch(rv: str, tag: str) -> dict[str, Any]:
 
 
 async def api_write_floor(
-    cluster: LocalCluster, nodes: Sequence[str], creates: int, namespace: str, concurrency: int = 8
+    cluster: LocalCluster, nodes: Sequence[str], creates: int, namespace: str, concurrency: int = 8, repeats: int = 5
 ) -> WriteFloor:
-    """Time ``len(nodes)`` conditional Node PATCHes plus ``creates`` ConfigMap creates."""
+    """Time ``len(nodes)`` conditional Node PATCHes plus ``creates`` ConfigMap creates, each way
+    ``repeats`` times (alternating); the floor is the median."""
     async with Bare(cluster) as bare:
-        results = []
-        for mode in ("sequential", "concurrent"):
+        runs: dict[str, list[float]] = {"sequential": [], "concurrent": []}
+        for mode in ("sequential", "concurrent") * repeats:
             versions = await _versions(bare, nodes)
             tag = uuid.uuid4().hex[:8]
             paths = [resource_path("v1", "nodes", name=n) for n in nodes]
@@ -205,7 +215,7 @@ async def api_write_floor(
                     await job
             else:
                 await _bounded(concurrency, jobs)
-            results.append(time.perf_counter() - began)
+            runs[mode].append(time.perf_counter() - began)
             # Undo, outside the clock.
             await _bounded(
                 32,
@@ -222,7 +232,16 @@ async def api_write_floor(
                     *(bare.call("DELETE", f"{cm_path}/{m}") for m in made),
                 ],
             )
-    return WriteFloor(len(nodes), creates, results[0], results[1], concurrency)
+    sequential, concurrent = tuple(runs["sequential"]), tuple(runs["concurrent"])
+    return WriteFloor(
+        len(nodes),
+        creates,
+        statistics.median(sequential),
+        statistics.median(concurrent),
+        concurrency,
+        sequential,
+        concurrent,
+    )
 
 
 @dataclass(frozen=True)
