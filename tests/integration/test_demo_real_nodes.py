@@ -13,10 +13,15 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from localcluster.binaries import kplane_binary
 from localcluster.realnode import hoststate
 from localcluster.realnode.network import BRIDGE_PREFIX
 from tests.integration.test_demo import _processes_naming, _read_until, demo
+
+# A cold build of the seven images takes 15-20 minutes on two cores (cached by content afterwards).
+pytestmark = pytest.mark.timeout(2700)
 
 IN_CLUSTER = {
     ("signal-system", "signal-controller"),
@@ -33,13 +38,16 @@ def _pods(kubeconfig: Path) -> list[dict[str, Any]]:
     return items
 
 
-def test_the_demo_on_real_nodes_runs_everything_as_pods_and_ends_as_expected(tmp_path: Path) -> None:
-    workdir = tmp_path / "demo"
+def test_the_demo_on_real_nodes_runs_everything_as_pods_and_ends_as_expected() -> None:
     lines: list[str] = []
-    with demo("--workdir", str(workdir), "--timeout", "1200") as process:
+    # Its own temporary work directory (no --workdir: that one is kept), removed at its end.
+    with demo("--timeout", "1200") as process:
         reached = _read_until(process, "press Ctrl-C", lines, 2400)
         output = "\n".join(lines)
         assert reached, output
+        workdir = Path(
+            next(line for line in lines if "work directory:" in line).split("work directory: ")[1].split()[0]
+        )
         assert "the demo ended as expected" in output
         fleet = [row.split() for row in lines if row.startswith("gpu-") and "Ready" in row]
         assert [row[0] for row in fleet] == ["gpu-001", "gpu-002", "gpu-003", "gpu-004"], output
@@ -80,6 +88,7 @@ def test_the_demo_on_real_nodes_runs_everything_as_pods_and_ends_as_expected(tmp
         assert process.returncode == 0, rest
         assert "stopped cleanly" in rest
     assert _processes_naming(workdir) == []
+    assert not workdir.exists(), "the demo's work directory (and its nodes' files) was not removed"
     records = sorted(hoststate.state_dir().glob("slot-*.json"))
     bridges = sorted(p.name for p in Path("/sys/class/net").iterdir() if p.name.startswith(BRIDGE_PREFIX))
     assert (records, bridges) == ([], []), "the demo's real nodes left host state behind"
