@@ -76,11 +76,6 @@ class OperatorError(RuntimeError):
     """The MPI operator could not be built, installed or started."""
 
 
-def source_dir() -> Path:
-    """The operator's source tree: the one configurable location (``binaries.mpi_operator_src``)."""
-    return mpi_operator_src()
-
-
 def operator_binary() -> Path:
     """``$SIGNAL_MPI_OPERATOR_BINARY`` or the cached build of localcluster/mpi-operator/build.sh."""
     override = os.environ.get("SIGNAL_MPI_OPERATOR_BINARY")
@@ -100,7 +95,7 @@ def operator_binary() -> Path:
 def operator_rules(src: Path | None = None) -> tuple[list[Obj], str]:
     """The operator's ClusterRole rules and where they came from: the source tree's upstream
     ``cluster-role.yaml`` when it has one, else :data:`OPERATOR_RULES`."""
-    path = (src or source_dir()) / UPSTREAM_CLUSTER_ROLE
+    path = (src or mpi_operator_src()) / UPSTREAM_CLUSTER_ROLE
     if path.is_file():
         for document in yaml.safe_load_all(path.read_text()):
             if isinstance(document, dict) and document.get("kind") == "ClusterRole":

@@ -104,6 +104,25 @@ def _read_until(process: subprocess.Popen[str], marker: str, lines: list[str], t
     return False
 
 
+def assert_the_expected_end(lines: list[str]) -> None:
+    """What every demo's report must show: the projections and states of gpu-001..gpu-004, both
+    Runs' evidence verified, and the portal's 12 rows (gpu-003's burn-in Failed, the rest Passed)."""
+    output = "\n".join(lines)
+    projections = {row.split()[0]: row.split()[1:] for row in lines if row.startswith("gpu-") and len(row.split()) == 3}
+    assert projections == {
+        "gpu-001": ["Pass", "released"],
+        "gpu-002": ["Pass", "released"],
+        "gpu-003": ["Fail", "reserved+cordoned"],
+        "gpu-004": ["Pass", "reserved+cordoned"],
+    }, output
+    assert output.count(": evidence verified") == 2, output
+    portal = [row.split() for row in lines if row.startswith("gpu-") and len(row.split()) == 4]
+    states = {(node, check): state for node, check, state, _ in portal}
+    assert len(states) == 12, output
+    assert states[("gpu-003", "demo-gpu/burn-in")] == "Failed"
+    assert {s for k, s in states.items() if k != ("gpu-003", "demo-gpu/burn-in")} == {"Passed"}
+
+
 def test_demo_certifies_end_to_end_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
     lines: list[str] = []
@@ -115,28 +134,14 @@ def test_demo_certifies_end_to_end_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -
         fleet = [row for row in lines if row.startswith("gpu-") and "Ready" in row]
         assert len(fleet) == 6
         assert all(row.split()[1] == "Ready" and row.split()[5] == "8" for row in fleet)
-        projections = {
-            row.split()[0]: row.split()[1:] for row in lines if row.startswith("gpu-") and len(row.split()) == 3
-        }
-        assert projections == {
-            "gpu-001": ["Pass", "released"],
-            "gpu-002": ["Pass", "released"],
-            "gpu-003": ["Fail", "reserved+cordoned"],
-            "gpu-004": ["Pass", "reserved+cordoned"],
-        }, output
+        assert_the_expected_end(lines)
         # The release was seen before the report, and the progress showed each check Node by Node.
         assert output.index("(Nodes released)") < output.index("==> Runs"), output
         # (A check whose Pods all finish between two looks shows only its verdict line: under
         # load that can be any one check, so the progress is asserted for some check.)
         assert re.search(r"check [1-3]/3 [a-z-]+ \((Pod|MPIJob)\): [0-2]/2 Nodes done", output), output
-        assert output.count(": evidence verified") == 2, output
         # The demo ends with the portal serving those results (read-only, as signal-portal).
         assert "the portal (read-only, as signal-portal" in output
-        portal = [row.split() for row in lines if row.startswith("gpu-") and len(row.split()) == 4]
-        states = {(node, check): state for node, check, state, _ in portal}
-        assert len(states) == 12, output
-        assert states[("gpu-003", "demo-gpu/burn-in")] == "Failed"
-        assert {s for k, s in states.items() if k != ("gpu-003", "demo-gpu/burn-in")} == {"Passed"}
         assert "Succeeded   AllChecksPassed" in output
         assert "Failed      CheckFailed" in output
         assert "NAME" in output

@@ -18,7 +18,7 @@ import pytest
 from localcluster.binaries import kplane_binary
 from localcluster.realnode import hoststate
 from localcluster.realnode.network import BRIDGE_PREFIX
-from tests.integration.test_demo import _processes_naming, _read_until, demo
+from tests.integration.test_demo import _processes_naming, _read_until, assert_the_expected_end, demo
 
 # A cold build of the seven images takes 15-20 minutes on two cores (cached by content afterwards).
 pytestmark = pytest.mark.timeout(2700)
@@ -51,21 +51,7 @@ def test_the_demo_on_real_nodes_runs_everything_as_pods_and_ends_as_expected() -
         assert "the demo ended as expected" in output
         fleet = [row.split() for row in lines if row.startswith("gpu-") and "Ready" in row]
         assert [row[0] for row in fleet] == ["gpu-001", "gpu-002", "gpu-003", "gpu-004"], output
-        projections = {
-            row.split()[0]: row.split()[1:] for row in lines if row.startswith("gpu-") and len(row.split()) == 3
-        }
-        assert projections == {
-            "gpu-001": ["Pass", "released"],
-            "gpu-002": ["Pass", "released"],
-            "gpu-003": ["Fail", "reserved+cordoned"],
-            "gpu-004": ["Pass", "reserved+cordoned"],
-        }, output
-        assert output.count(": evidence verified") == 2, output
-        portal = [row.split() for row in lines if row.startswith("gpu-") and len(row.split()) == 4]
-        states = {(node, check): state for node, check, state, _ in portal}
-        assert len(states) == 12, output
-        assert states[("gpu-003", "demo-gpu/burn-in")] == "Failed"
-        assert {s for k, s in states.items() if k != ("gpu-003", "demo-gpu/burn-in")} == {"Passed"}
+        assert_the_expected_end(lines)
         assert "HTTPS, as signal-demo-viewer" in output
 
         pods = _pods(workdir / "admin.kubeconfig")

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 import pytest
 
 from localcluster import identities
+from localcluster.binaries import mpi_operator_src
 from localcluster.controlplane import ControlPlane
 from localcluster.crds import install_crds
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
-from localcluster.kubeflowmpi import KubeflowMPIOperator, source_dir
+from localcluster.kubeflowmpi import KubeflowMPIOperator
 from shared import keys
 
 MPI_API = "kubeflow.org/v2beta1"
@@ -35,7 +36,7 @@ async def stack() -> AsyncIterator[Stack]:
     admin = identities.admin(plane).client()
     operator = KubeflowMPIOperator(plane, admin)
     try:
-        await install_crds(admin, [source_dir() / "manifests" / "base" / "kubeflow.org_mpijobs.yaml"])
+        await install_crds(admin, [mpi_operator_src() / "manifests" / "base" / "kubeflow.org_mpijobs.yaml"])
         # ServiceAccounts (every namespace's "default", which Pod admission requires), Jobs, GC.
         await asyncio.to_thread(plane.start_controllers)
         await operator.start()
