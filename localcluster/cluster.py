@@ -1,8 +1,10 @@
 """The whole local cluster as one async context: control plane, Signal and upstream
 CRDs (installed before the garbage collector starts), a proven garbage collector,
-simulated GPU Nodes with a heartbeat, the process kubelet, a simulated MPI operator and
-Argo Workflows' real workflow-controller (local test infrastructure, see
-``localcluster.argoworkflows``) with a simulated system Node for its Pods."""
+simulated GPU Nodes with a heartbeat, the process kubelet, optionally real nodes
+(``localcluster.realnode``), and Argo Workflows' real workflow-controller (local test
+infrastructure, see ``localcluster.argoworkflows``) with a simulated system Node for its Pods.
+MPIJobs run only on real nodes, under the real Kubeflow MPI operator
+(``localcluster.kubeflowmpi``, started beside the cluster): nothing here simulates it."""
 
 import asyncio
 import contextlib
@@ -27,7 +29,6 @@ from localcluster.crds import (
 from localcluster.fleet import SimNode, create_nodes, heartbeat
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.kubelet import ProcessKubelet
-from localcluster.mpioperator import MPIOperator
 from localcluster.realnode.pool import RealNodes, gpu_nodes
 
 log = structlog.get_logger("localcluster")
@@ -52,7 +53,6 @@ class LocalCluster:
     timings: dict[str, float] = field(default_factory=dict)
     admin_client: KubeClient | None = None
     kubelet: ProcessKubelet | None = None
-    mpi_operator: MPIOperator | None = None
     argo: ArgoController | None = None
     realnodes: RealNodes | None = None
     _heartbeat: asyncio.Task[None] | None = None
@@ -123,9 +123,6 @@ class LocalCluster:
             tls_files=self._process_kubelet_tls(),
         )
         await self.kubelet.start()
-        if self.install_upstream:
-            self.mpi_operator = MPIOperator(self.admin)
-            await self.mpi_operator.start()
         if argo_dir is not None and self.with_argo:
             say("starting Argo's workflow-controller")
             node = system_node(self.kubelet.api_port)
@@ -157,8 +154,6 @@ class LocalCluster:
         if self.argo:
             argo = self.argo
             await attempt(lambda: asyncio.to_thread(argo.stop))
-        if self.mpi_operator:
-            await attempt(self.mpi_operator.stop)
         if self._heartbeat:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)

@@ -7,11 +7,9 @@ termination messages at 4096 bytes, and on deletion stops the processes and comp
 the delete with grace 0 and a uid precondition, as a real kubelet does. Restart policies
 are not simulated: every container runs once. Init containers run first, in order.
 
-It also stands in for the node's SSH: an exec server on a unix socket runs commands
-inside running Pods for the rsh agent (``localcluster.podexec``, ``localcluster.rsh``),
-and every container gets the environment that points OpenMPI at that agent. Exec'd
-commands belong to the Pod: they are killed when the Pod is deleted or when its
-containers have all exited, as a container runtime would.
+It offers no SSH between Pods and runs no MPI: MPIJob checks run only on real nodes
+(``localcluster.realnode``) with the real Kubeflow MPI operator (``localcluster.kubeflowmpi``).
+The process kubelet stays for what real nodes cannot carry here: many simulated Nodes.
 
 With ``tls_files`` it also answers the API server's kubelet connections (``pods/exec``, on
 :attr:`ProcessKubelet.api_port`, for Nodes whose ``daemonEndpoints`` name that port) for one
@@ -29,7 +27,6 @@ import os
 import shutil
 import signal
 import ssl
-import tempfile
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +38,6 @@ from kubeio.errors import ServerError, TooManyRequests, TransportError
 from localcluster import kubeletapi
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.outages import through_outages
-from localcluster.podexec import ExecRefused, ExecServer, ExecTarget, HostRef, node_env
 from localcluster.podprocess import (
     PodSpecError,
     ProcessSpec,
@@ -53,7 +49,6 @@ from localcluster.podstatus import now, running_statuses, terminated_status
 
 log = structlog.get_logger("process-kubelet")
 KILL_GRACE_SECONDS = 2.0
-UNIX_SOCKET_PATH_LIMIT = 100
 VOLUME_RETRY_SECONDS = 5.0
 VOLUME_OUTAGE_SECONDS = 60.0
 """How long a mount is retried while the API server cannot answer (then the Pod fails)."""
@@ -86,7 +81,6 @@ class ProcessKubelet:
     runs: dict[str, PodRun] = field(default_factory=dict)
     _watcher: asyncio.Task[None] | None = None
     _background: set[asyncio.Task[None]] = field(default_factory=set)
-    _exec_server: ExecServer | None = None
     _api_server: asyncio.Server | None = None
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -95,20 +89,8 @@ class ProcessKubelet:
         task.add_done_callback(self._background.discard)
         return task
 
-    @property
-    def exec_socket(self) -> Path:
-        """The unix socket of the exec server (the stand-in for the node's sshd)."""
-        if self._exec_server is None:
-            raise RuntimeError("the process kubelet is not started")
-        return self._exec_server.socket_path
-
     async def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        socket_path = self.workdir / "exec.sock"
-        if len(str(socket_path)) > UNIX_SOCKET_PATH_LIMIT:
-            socket_path = Path(tempfile.mkdtemp(prefix="signal-exec-")) / "exec.sock"
-        self._exec_server = ExecServer(socket_path, self._exec_target)
-        await self._exec_server.start()
         if self.tls_files is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(*map(str, self.tls_files))
@@ -120,8 +102,6 @@ class ProcessKubelet:
     async def stop(self) -> None:
         if self._api_server:
             self._api_server.close()
-        if self._exec_server:
-            await self._exec_server.stop()
         if self._watcher:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -207,7 +187,7 @@ class ProcessKubelet:
         started = now()
         try:
             volumes = await self._volumes(pod, pod_dir)
-            extra = {**self.service_env, **node_env(self.exec_socket, pod["metadata"]["namespace"])}
+            extra = dict(self.service_env)
             specs = run.specs = {
                 c["name"]: process_spec(pod, c, pod_dir, volumes, extra)
                 for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
@@ -279,20 +259,6 @@ class ProcessKubelet:
             )
         run.processes[name] = process
         return await process.wait()
-
-    def _exec_target(self, ref: HostRef) -> ExecTarget:
-        """The context of a running Pod for the exec server."""
-        for run in self.runs.values():
-            meta, spec = run.pod["metadata"], run.pod["spec"]
-            if (meta["namespace"], meta["name"]) != (ref.namespace, ref.pod) or run.deleting:
-                continue
-            if ref.subdomain is not None and spec.get("subdomain") != ref.subdomain:
-                continue
-            if run.phase != "Running":
-                raise ExecRefused(f"Pod {pod_key(run.pod)} is {run.phase}, not Running", run.phase == "Pending")
-            first = run.specs[spec["containers"][0]["name"]]
-            return ExecTarget(dict(first.env), first.cwd, run.processes)
-        raise ExecRefused(f"no running Pod on a simulated Node answers to {ref}", True)
 
     def _kill(self, run: PodRun, sig: signal.Signals) -> None:
         for process in list(run.processes.values()):

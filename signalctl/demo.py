@@ -6,8 +6,9 @@ example profile (examples/demo: a Pod check, an MPIJob check with real OpenMPI r
 Pod burn-in that gpu-003 fails), requests four Nodes (two groups of two), shows progress live,
 and ends with the Runs, the Nodes' projections, ``signalctl evidence verify`` for each Run and
 what the portal serves. ``--simulated`` runs the same on simulated Nodes (the process kubelet,
-the simulated MPI operator, the controller and portal as local processes). Ctrl-C stops
-everything cleanly."""
+the controller and portal as local processes) for machines without root or containerd, with
+the Pod checks only: nothing simulates the MPI operator or SSH, so MPIJob checks run only on
+real nodes. Ctrl-C stops everything cleanly."""
 
 import argparse
 import asyncio
@@ -197,6 +198,14 @@ async def _install_and_request(cluster: LocalCluster, backend: Signal, nodes: in
     await backend.install(_say)
     digest = await install.source_config_map(admin, "signal-scripts", "demo-gpu-scripts", EXAMPLE / "scripts")
     profile = install.profile_from(EXAMPLE / "profile.yaml", digest)
+    if cluster.realnodes is None:
+        checks = profile["spec"]["checks"]
+        left_out = [c["name"] for c in checks if c["backend"] == "MPIJob"]
+        profile["spec"]["checks"] = [c for c in checks if c["backend"] != "MPIJob"]
+        print(
+            f"    simulated Nodes run no MPIJob: check(s) {', '.join(left_out)} left out "
+            "(`signalctl demo` without --simulated runs them on real nodes)"
+        )
     await admin.create(resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), profile)
     print(f"    profile {profile['metadata']['name']}: {len(profile['spec']['checks'])} checks, source {digest}")
     await backend.start_controller()
@@ -310,7 +319,8 @@ def main(argv: list[str]) -> int:
         "--simulated",
         action="store_true",
         help="simulated GPU Nodes and the process kubelet, the controller and portal as local processes "
-        "(for a machine without root or containerd); default: real nodes with everything as Pods",
+        "(for a machine without root or containerd; Pod checks only: MPIJob checks need real nodes); "
+        "default: real nodes with everything as Pods",
     )
     args = parser.parse_args(argv)
     if args.nodes < len(REQUESTED):

@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import yaml
+
 from localcluster import images
 from localcluster.binaries import argo_build_dir
 from localcluster.cluster import LocalCluster
@@ -27,7 +29,7 @@ from localcluster.realnode.node import RealNode
 from shared import keys
 from shared.digests import bundle_digest
 from tests.adapter_support import AdapterWorld
-from tests.controller_support import eventually, install_rbac
+from tests.controller_support import REPO, eventually, install_rbac
 
 POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
 POD_NAME_LABEL = "io.kubernetes.pod.name"
@@ -63,37 +65,58 @@ class RealCluster:
         return f"{self.cluster.realnodes.logs(15)}\n--- mpi-operator ---\n{operator}"
 
 
-async def start_real_cluster(keep: bool = False) -> RealCluster:
+async def start_real_cluster(keep: bool = False, *, argo: bool = False) -> RealCluster:
     """Build (or find) the runner image, start the cluster with two real nodes, import the
-    image, start the real MPI operator and prepare a restricted namespace for the adapter."""
+    image, start the real MPI operator and prepare a restricted namespace for the adapter.
+    With ``argo``, Argo's real workflow-controller runs too (its step Pods on the cluster's
+    simulated system node, the checks' Pods on the real nodes) and the namespace holds the
+    adapter's WorkflowTemplate: the whole path, controller to containers."""
     timings: dict[str, float] = {}
     began = time.monotonic()
     runner = (await asyncio.to_thread(images.Builder().build, ["runner"]))["runner"]
     timings["runner_image"] = time.monotonic() - began
-    local = LocalCluster(plane=ControlPlane(keep_workdir=keep), real_nodes=2, install_upstream=False, with_argo=False)
+    local = LocalCluster(plane=ControlPlane(keep_workdir=keep), real_nodes=2, install_upstream=argo, with_argo=argo)
     await local.start()
     operator = KubeflowMPIOperator(local.plane, local.admin)
     try:
         timings["cluster"] = local.timings["total"]
         assert local.realnodes is not None
-        # Argo's CRDs (the controller submits Workflows; Argo itself does not run here) and the
-        # MPIJob CRD of the operator's source tree.
-        await install_crds(local.admin, upstream_crd_files(await asyncio.to_thread(argo_build_dir)))
+        if not argo:
+            # Argo's CRDs (the controller submits Workflows; Argo itself does not run here) and
+            # the MPIJob CRD of the operator's source tree.
+            await install_crds(local.admin, upstream_crd_files(await asyncio.to_thread(argo_build_dir)))
         timings["import_runner"] = await local.realnodes.import_archive(images.images_dir() / runner.archive)
         started = time.monotonic()
         await operator.start()
         timings["mpi_operator"] = time.monotonic() - started
-        namespace = f"real-{uuid.uuid4().hex[:8]}"
-        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": RESTRICTED}}
-        await local.admin.create(resource_path("v1", "namespaces"), body)
-        await install_rbac(local.admin, namespace, "adapter-rbac.yaml")
-        await install_policies(local.admin, namespace)
+        namespace = await prepare_namespace(local.admin, argo=argo)
     except BaseException:
         await operator.stop()
         await local.stop()
         raise
     timings["total"] = time.monotonic() - began
     return RealCluster(local, operator, runner, namespace, timings)
+
+
+async def prepare_namespace(admin: KubeClient, *, argo: bool) -> str:
+    """A new namespace under Pod Security ``restricted`` with the adapter's RBAC, Signal's
+    admission policies and, with ``argo``, the adapter's WorkflowTemplate; its name."""
+    namespace = f"real-{uuid.uuid4().hex[:8]}"
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": RESTRICTED}}
+    await admin.create(resource_path("v1", "namespaces"), body)
+    await install_rbac(admin, namespace, "adapter-rbac.yaml")
+    await install_policies(admin, namespace)
+    if argo:
+        await install_workflow_template(admin, namespace)
+    return namespace
+
+
+async def install_workflow_template(admin: KubeClient, namespace: str) -> None:
+    """deploy/'s adapter WorkflowTemplate, in ``namespace``."""
+    template = yaml.safe_load((REPO / "deploy" / "base" / "adapter-workflowtemplate.yaml").read_text())
+    template["metadata"]["namespace"] = namespace
+    path = resource_path("argoproj.io/v1alpha1", "workflowtemplates", namespace, template["metadata"]["name"])
+    await admin.apply(path, template)
 
 
 async def stop_real_cluster(real: RealCluster) -> None:

@@ -1,7 +1,8 @@
 """The fault campaign (issue 14): a seeded scenario on a local cluster of its own with real Argo,
 two controller replicas with different identities, simulated GPU Nodes in three zones, two
-profiles, requests in waves, scripts that fail or hang on some Nodes, and faults from a seeded
-schedule; a recorder writes the history, and the checker judges it at every point.
+profiles (Pod checks: MPIJobs run only on real nodes, where the MPIJob fault paths are tested,
+tests/integration/test_checks_on_real_nodes.py), requests in waves, scripts that fail or hang on
+some Nodes, and faults from a seeded schedule; a recorder writes the history, and the checker judges it at every point.
 
     python -m tests.chaos.campaign --seeds 1-10 --faults 50      # the long campaign
     python -m tests.chaos.campaign --seeds 7 --faults 50 --keep  # one seed, keep its work dir
@@ -129,7 +130,7 @@ async def _profiles(world: World) -> list[str]:
             {
                 "name": "nccl",
                 "scriptKey": "nccl.sh",
-                "backend": "MPIJob",
+                "backend": "Pod",
                 "gpuCount": 1,
                 "backendActiveDeadline": "30s",
             },

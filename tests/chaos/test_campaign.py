@@ -16,7 +16,7 @@ FAULTS = 52
 
 
 @pytest.mark.timeout(1500)
-# The harness's own in-process clients (recorder, faults, simulated kubelet and MPI operator) can
+# The harness's own in-process clients (recorder, faults, simulated kubelet) can
 # leak a socket when a fault drops the API server mid-request: seen once here as "unclosed
 # transport" found by the garbage collector after a clean campaign (0 violations), not root-caused.
 # Collected below, inside this test, and not counted against it; the invariants are what it tests.

@@ -405,10 +405,6 @@ OK = """#!/bin/sh
 echo "participant $SIGNAL_PARTICIPANT_INDEX on $SIGNAL_NODE_NAME"
 printf '{"gpus": 8}' > "$SIGNAL_MEASUREMENTS_FILE"
 """
-RANKS = """#!/bin/sh
-echo "rank $SIGNAL_RANK of $SIGNAL_WORLD_SIZE on $(hostname)"
-"""
-NO_SSHD = ("--mpi-worker-sshd", "/nonexistent/sshd")
 
 
 @pytest.fixture
@@ -418,6 +414,11 @@ async def world(
     w = AdapterWorld(cluster, admin, namespace, tmp_path)
     yield w
     await w.cleanup()
+
+
+# An MPIJob check under the policy runs on real nodes (the real MPI operator's launcher and
+# workers): every MPIJob test of tests/integration/test_checks_on_real_nodes.py runs in a
+# namespace with these policies in force (tests/realnode_support.py).
 
 
 async def test_a_pod_check_runs_under_the_policy(world: AdapterWorld) -> None:
@@ -430,14 +431,3 @@ async def test_a_pod_check_runs_under_the_policy(world: AdapterWorld) -> None:
     assert [p["verdict"] for p in evidence["results"]["participants"]] == ["Pass", "Pass"]
     assert evidence["cleanup"]["state"] == "Complete"
     assert await world.pods() == []
-
-
-async def test_an_mpijob_check_runs_under_the_policy(world: AdapterWorld) -> None:
-    await world.setup(2, {"ranks.sh": RANKS}, [check("mpi", "ranks.sh", backend="MPIJob", deadline="60s")])
-    outcome = await world.adapter(0, *NO_SSHD)
-    assert outcome.code == 0, outcome.log
-    assert outcome.verdict == "Pass", outcome.log
-    evidence, _ = decode_document(await world.config_map(outcome.outputs["evidence-config-map"]), CHECK_EVIDENCE_SCHEMA)
-    assert [p["verdict"] for p in evidence["results"]["participants"]] == ["Pass", "Pass"]
-    assert sorted({w["kind"] for w in evidence["results"]["workloads"]}) == ["Job", "MPIJob", "Pod"]
-    assert evidence["cleanup"]["state"] == "Complete"

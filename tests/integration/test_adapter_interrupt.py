@@ -1,12 +1,16 @@
 """A check interrupted mid-way leaves nothing behind (issue 11, 2.4 and 2.5), on a real API
-server with the process kubelet and the simulated MPI operator:
+server with the process kubelet's simulated Nodes:
 
-* SIGTERM (what Argo's Terminate sends the step's adapter) mid-Pod-check and mid-MPIJob-check:
-  the adapter takes what exists as the check's results, persists them, removes the workloads
-  with the same evidence-first quiescence, persists the evidence and exits 3;
-* SIGKILL mid-MPIJob-check: the workers stay (with their own deadline) until the next adapter
-  of that Run (the Workflow's exit handler, ``--sweep-checks-json``, or a retried step that
-  finds the Run cancelled) removes them, evidence first.
+* SIGTERM (what Argo's Terminate sends the step's adapter) mid-Pod-check: the adapter takes
+  what exists as the check's results, persists them, removes the workloads with the same
+  evidence-first quiescence, persists the evidence and exits 3;
+* SIGKILL mid-check: the workloads stay until the Workflow's exit handler
+  (``--sweep-checks-json``) removes them, evidence first; the sweep also writes the evidence
+  that an adapter killed after its cleanup still owed.
+
+The same for MPIJob checks (SIGTERM, SIGKILL, a retried step that finds the Run cancelled) runs
+on real nodes with the real MPI operator: tests/integration/test_checks_on_real_nodes.py and
+tests/integration/test_runs_on_real_nodes.py.
 """
 
 import asyncio
@@ -18,7 +22,6 @@ from pathlib import Path
 import pytest
 
 from adapter.main import INTERRUPTED
-from adapter.workloads import WORKER_GRACE_SECONDS
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys
@@ -32,7 +35,6 @@ SLOW = """#!/bin/sh
 echo "started on ${SIGNAL_NODE_NAME:-$HOSTNAME}"
 sleep 300
 """
-NO_SSHD = ("--mpi-worker-sshd", "/nonexistent/sshd")
 MPIJOBS = ("kubeflow.org/v2beta1", "mpijobs")
 
 
@@ -98,58 +100,6 @@ async def test_sigterm_mid_pod_check_persists_evidence_then_removes_the_pods(wor
     assert sorted(w["name"] for w in results["workloads"]) == sorted(w["name"] for w in evidence["cleanup"]["deleted"])
     assert len(results["workloads"]) == 2
     assert results["collectedAt"] <= evidence["cleanup"]["finishedAt"]
-
-
-@pytest.mark.parametrize("scope", ["crossNode", "perNode"])
-async def test_sigterm_mid_mpijob_check_removes_the_whole_tree(world: AdapterWorld, scope: str) -> None:
-    await world.setup(
-        2, {"slow.sh": SLOW}, [check("mpi", "slow.sh", backend="MPIJob", deadline="5m", mpi={"scope": scope})]
-    )
-    process, _ = await world.spawn(0, *NO_SSHD)
-    await running(world, 2, role="worker", process=process)
-    await running(world, 1 if scope == "crossNode" else 2, role="launcher")
-    process.send_signal(signal.SIGTERM)
-    code, log = await finish(process)
-    assert code == INTERRUPTED, log
-    assert await workloads_of(world) == []
-    evidence = await evidence_of(world, 0)
-    assert evidence["cleanup"]["state"] == "Complete", evidence["cleanup"]
-    assert evidence["verdict"] == "Inconclusive"
-    deleted = sorted((w["kind"], w["role"]) for w in evidence["cleanup"]["deleted"])
-    jobs = 1 if scope == "crossNode" else 2
-    assert deleted.count(("MPIJob", "mpijob")) == jobs
-    assert deleted.count(("Pod", "worker")) == 2
-
-
-async def test_a_killed_adapters_mpi_workers_are_removed_by_the_next_adapter_of_the_run(
-    world: AdapterWorld, admin: KubeClient
-) -> None:
-    await world.setup(
-        2,
-        {"slow.sh": SLOW},
-        [check("mpi", "slow.sh", backend="MPIJob", deadline="5m"), check("after", "slow.sh")],
-    )
-    process, _ = await world.spawn(0, *NO_SSHD)
-    workers = await running(world, 2, role="worker", process=process)
-    process.kill()
-    await finish(process)
-    # Nothing removed them: the workers are still there, bounded by their own deadline.
-    left = await workloads_of(world)
-    assert len([name for name in left if name.startswith("MPIJob/")]) == 2, left  # perNode: one per participant
-    assert len([name for name in left if "-worker-" in name]) == 2, left
-    for worker in workers:
-        assert worker["spec"]["activeDeadlineSeconds"] == 300 + WORKER_GRACE_SECONDS
-
-    # A retried step finds the Run cancelled: it refuses, but first removes them, evidence first.
-    run_path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, world.namespace, world.run["metadata"]["name"])
-    await admin.merge_patch(run_path, {"spec": {"cancel": True}})
-    retried = await world.adapter(0, *NO_SSHD)
-    assert retried.code == 2, retried.log
-    assert "is cancelled" in retried.log
-    assert await workloads_of(world) == []
-    evidence = await evidence_of(world, 0)
-    assert evidence["cleanup"]["state"] == "Complete"
-    assert evidence["verdict"] == "Inconclusive"
 
 
 async def test_the_exit_handlers_sweep_removes_what_a_killed_adapter_left(world: AdapterWorld) -> None:

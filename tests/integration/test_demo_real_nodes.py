@@ -51,7 +51,7 @@ def test_the_demo_on_real_nodes_runs_everything_as_pods_and_ends_as_expected() -
         assert "the demo ended as expected" in output
         fleet = [row.split() for row in lines if row.startswith("gpu-") and "Ready" in row]
         assert [row[0] for row in fleet] == ["gpu-001", "gpu-002", "gpu-003", "gpu-004"], output
-        assert_the_expected_end(lines)
+        assert_the_expected_end(lines, checks=3)
         assert "HTTPS, as signal-demo-viewer" in output
 
         pods = _pods(workdir / "admin.kubeconfig")

@@ -1,7 +1,8 @@
 """The full path (issue 5, acceptance 1 and 5): request -> admission -> Workflow -> adapter
-steps (a Pod check, then an MPIJob check with real OpenMPI ranks) -> evidence -> verdict ->
-projection -> release, with the real controller and adapter as their ServiceAccounts and the
-Workflow executed on the local control plane."""
+steps (two Pod checks) -> evidence -> verdict -> projection -> release, with the real controller
+and adapter as their ServiceAccounts and the Workflow executed on the local control plane's
+simulated Nodes. The same path with an MPIJob check runs on real nodes
+(tests/integration/test_runs_on_real_nodes.py): MPIJobs run only there."""
 
 import json
 from collections.abc import AsyncIterator
@@ -10,7 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import free_port
@@ -19,7 +19,8 @@ from shared import keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA, validate_check
 from shared.digests import bundle_digest
 from shared.evidence import decode_document
-from tests.controller_support import REPO, ControllerProcess, World, eventually, install_rbac, profile_body, reserved_by
+from tests.controller_support import ControllerProcess, World, eventually, install_rbac, profile_body, reserved_by
+from tests.realnode_support import install_workflow_template
 
 API = keys.API_VERSION
 SCRIPTS = {
@@ -29,13 +30,6 @@ SCRIPTS = {
     # Exit 3: "my evidence is insufficient" (docs/reference.md), e.g. NCCL debug output switched off.
     "unsure.sh": "#!/bin/sh\necho 'no NCCL debug lines: cannot tell the transport' >&2\nexit 3\n",
 }
-
-
-async def install_workflow_template(admin: KubeClient, namespace: str) -> None:
-    template = yaml.safe_load((REPO / "deploy" / "base" / "adapter-workflowtemplate.yaml").read_text())
-    template["metadata"]["namespace"] = namespace
-    path = resource_path("argoproj.io/v1alpha1", "workflowtemplates", namespace, template["metadata"]["name"])
-    await admin.apply(path, template)
 
 
 @pytest.fixture
@@ -62,10 +56,9 @@ def _checks(second_script: str) -> list[dict[str, Any]]:
         {
             "name": "nccl",
             "scriptKey": "nccl.sh",
-            "backend": "MPIJob",
+            "backend": "Pod",
             "gpuCount": 1,
             "backendActiveDeadline": "90s",
-            "mpi": {"scope": "crossNode"},
         },
     ]
 
@@ -115,8 +108,8 @@ async def test_full_path_succeeds_projects_and_releases(world: World, admin: Kub
         for check in document["checks"]:
             verdict, problem, _ = validate_check(run, check["index"], check["evidence"])
             assert (verdict.value, problem) == ("Pass", None)
-        mpi = document["checks"][1]["evidence"]["results"]["launcher"]["launcher"]
-        assert mpi["worldSize"] == 2
+        second = document["checks"][1]["evidence"]["results"]["participants"]
+        assert [(p["index"], p["verdict"]) for p in second] == [(0, "Pass"), (1, "Pass")]
 
         async def released() -> list[Obj] | None:
             nodes = await world.nodes(names)
