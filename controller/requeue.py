@@ -37,13 +37,7 @@ def stale_after_own_write(run: RunView, written: tuple[str, float] | None, now: 
     seconds is no longer waited for (the cache may be broken: it reports that itself)."""
     if written is None or now - written[1] > STALE_LIMIT:
         return False
-    return predates(run.resource_version, written[0])
-
-
-def predates(cached: str, mine: str) -> bool:
-    """Pure: whether an object cached at resourceVersion ``cached`` is older than this
-    controller's own write that returned ``mine`` (etcd revisions when both are numbers,
-    else any difference counts)."""
+    cached, mine = run.resource_version, written[0]
     if cached.isdigit() and mine.isdigit():
         return int(cached) < int(mine)
     return cached != mine

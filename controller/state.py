@@ -43,17 +43,6 @@ def workflow_view(workflow: Obj) -> Obj:
     }
 
 
-@dataclass(frozen=True)
-class StatusWrite:
-    """One status write of an object by this controller, as the API server answered it."""
-
-    uid: str
-    resource_version: str
-    status: Obj
-    at: float
-    """Monotonic time of the write."""
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -78,13 +67,9 @@ class Context:
     written: dict[str, tuple[str, float]] = field(default_factory=dict)
     """Run name -> (resourceVersion, monotonic time) of this controller's last status write,
     so that the loop does not act on a cached Run older than its own write."""
-    profile_status_written: dict[str, "StatusWrite"] = field(default_factory=dict)
-    """Profile name -> this controller's last status write of it (controller/profiles.py:
-    progress-only changes are written at most every few seconds, and a cached profile older
-    than that write is compared with what was written, not written again)."""
-    profile_status_held: set[str] = field(default_factory=set)
-    """Profiles whose last progress-only status write was held back (written on the next pass,
-    even when no Node is requested any more)."""
+    profile_status_written: dict[str, float] = field(default_factory=dict)
+    """Profile name -> monotonic time of this controller's last status write of it
+    (controller/profiles.py: progress-only changes are written at most every few seconds)."""
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)

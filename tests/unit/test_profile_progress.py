@@ -1,14 +1,11 @@
 """controller/profiles.py ``progress_only``: which profile status changes may wait (only the
-progress figures moved) and which are written at once; ``status_to_compare``: a cached profile
-older than the controller's own last status write is compared with that write. Pure."""
+progress figures moved) and which are written at once. Pure."""
 
 from typing import Any
 
 import pytest
 
-from controller.profiles import progress_only, status_to_compare
-from controller.requeue import STALE_LIMIT
-from controller.state import StatusWrite
+from controller.profiles import progress_only
 
 Obj = dict[str, Any]
 
@@ -49,27 +46,3 @@ def status(
 )
 def test_progress_only(old: Obj, new: Obj, expected: bool) -> None:
     assert progress_only(old, new) is expected
-
-
-def cached(rv: str, uid: str = "u1") -> Obj:
-    return {"metadata": {"name": "p", "uid": uid, "resourceVersion": rv}, "status": status(3)}
-
-
-MINE = StatusWrite("u1", "120", status(None, "True", "Admitting"), at=100.0)
-
-
-@pytest.mark.parametrize(
-    ("raw", "own", "now", "expected"),
-    [
-        (cached("110"), MINE, 100.5, MINE.status),  # the cache has not seen the write yet
-        (cached("120"), MINE, 100.5, status(3)),  # the write itself
-        (cached("130"), MINE, 100.5, status(3)),  # newer than the write (someone else's change)
-        (cached("110", uid="u2"), MINE, 100.5, status(3)),  # another object of the same name
-        (cached("110"), MINE, 100.0 + STALE_LIMIT + 1, status(3)),  # not seen for too long
-        (cached("110"), None, 100.5, status(3)),  # no write of this controller
-        (cached("x"), MINE, 100.5, MINE.status),  # not a number: any difference counts
-    ],
-    ids=["older", "same", "newer", "other-uid", "too-long", "none", "opaque"],
-)
-def test_status_to_compare(raw: Obj, own: StatusWrite | None, now: float, expected: Obj) -> None:
-    assert status_to_compare(raw, own, now) == expected
