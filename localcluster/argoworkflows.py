@@ -41,6 +41,10 @@ log = structlog.get_logger("localcluster")
 ARGO_VERSION = "v4.0.5"
 EXECUTOR_IMAGE = f"quay.io/argoproj/argoexec:{ARGO_VERSION}"
 EXECUTOR_IMAGE_NAME = "quay.io/argoproj/argoexec"
+_IMAGE_HOLDERS: set[int] = set()
+"""The ArgoControllers (by id) that registered the executor image with the process kubelet's
+process-wide registry (podprocess): two local clusters may run Argo in one process (a test
+session's and a real-node module's), and one stopping must not unregister the other's."""
 ARGO_NAMESPACE = "argo"
 CONFIGMAP = "workflow-controller-configmap"
 SYSTEM_NODE = "signal-system-0"
@@ -108,6 +112,7 @@ class ArgoController:
         podprocess.IMAGE_PATH_DIRS[EXECUTOR_IMAGE_NAME] = [str(self.build_dir)]
         podprocess.IMAGE_ENTRYPOINTS[EXECUTOR_IMAGE_NAME] = [str(self.build_dir / "argoexec")]
         podprocess.MOUNT_NAMESPACE_IMAGES.add(EXECUTOR_IMAGE_NAME)
+        _IMAGE_HOLDERS.add(id(self))
 
     async def start(self) -> None:
         self.register_images()
@@ -187,6 +192,8 @@ class ArgoController:
         and it keeps no state worth a graceful stop, so it is killed after a second."""
         if self.component is not None:
             self.component.stop(timeout=1.0)
-        podprocess.IMAGE_PATH_DIRS.pop(EXECUTOR_IMAGE_NAME, None)
-        podprocess.IMAGE_ENTRYPOINTS.pop(EXECUTOR_IMAGE_NAME, None)
-        podprocess.MOUNT_NAMESPACE_IMAGES.discard(EXECUTOR_IMAGE_NAME)
+        _IMAGE_HOLDERS.discard(id(self))
+        if not _IMAGE_HOLDERS:  # the last one running: else the others' step Pods would not start
+            podprocess.IMAGE_PATH_DIRS.pop(EXECUTOR_IMAGE_NAME, None)
+            podprocess.IMAGE_ENTRYPOINTS.pop(EXECUTOR_IMAGE_NAME, None)
+            podprocess.MOUNT_NAMESPACE_IMAGES.discard(EXECUTOR_IMAGE_NAME)
