@@ -77,13 +77,22 @@ class Buildah:
         finally:
             self("rm", container, what=f"removing the working container {container}")
 
-    def bud(self, dockerfile: Path, context: Path, reference: str, *, pip_cert: str | None) -> None:
+    def bud(
+        self,
+        dockerfile: Path,
+        context: Path,
+        reference: str,
+        *,
+        pip_cert: str | None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
         """``buildah bud`` with chroot isolation, never pulling. One commit per stage (no
         ``--layers``): with vfs every layer is a full copy of the root filesystem, and
-        localcluster/images.py caches whole images by content instead."""
+        localcluster/images.py caches whole images (and the shared build stage) by content."""
         extra: list[str] = []
         if pip_cert:
             extra = ["--volume", f"{pip_cert}:{BUILD_CA_PATH}:ro", "--build-arg", f"PIP_CERT={BUILD_CA_PATH}"]
+        extra += [arg for key, value in (labels or {}).items() for arg in ("--label", f"{key}={value}")]
         self(
             "bud",
             "--isolation",

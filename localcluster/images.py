@@ -5,7 +5,11 @@
   ``BASE_REFERENCE``, the exact name the Dockerfiles use in ``FROM``, so the Dockerfiles a
   user builds with Docker are the ones built and tested here.
 * **Signal's images:** ``Dockerfile.<name>`` of this repository, built with
-  ``buildah bud --isolation chroot --storage-driver vfs --pull=never``.
+  ``buildah bud --isolation chroot --storage-driver vfs --pull=never``. Their first stage
+  (``FROM <base> AS build``: Python, the virtual environment, the distribution) is the same
+  text in all four: it is built once from that text (kept under ``STAGE_REFERENCE`` while
+  its key holds) and each image's remaining stages are built on it, so four images cost one
+  dependency install instead of four (``split_build_stage``).
 * **Local-cluster images** (never shipped): Argo's executor (``argoexec``) and
   workflow-controller from localcluster/argo's build, and the real Kubeflow MPI operator
   from localcluster/mpi-operator/build.sh, each a static binary on the same base.
@@ -44,6 +48,9 @@ RECIPE: Final = "signal-images/1"
 PROJECT_IMAGES: Final = ("controller", "adapter", "portal", "runner")
 PROJECT_TAG: Final = "0.1.0"
 LOCAL_IMAGES: Final = ("argoexec", "workflow-controller", "mpi-operator")
+BUILD_STAGE: Final = "build"
+STAGE_REFERENCE: Final = "localcluster.projectsignal.dev/build-stage:local"
+STAGE_KEY_LABEL: Final = "dev.projectsignal.build-stage-key"
 INDEX: Final = "index.json"
 _IGNORED_PARTS: Final = frozenset({"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"})
 
@@ -127,8 +134,25 @@ def context_files(context: Path, sources: list[str]) -> Iterator[Path]:
             raise ImageBuildError(f"{source} (named by a COPY line) is not in the build context {context}")
 
 
+def split_build_stage(text: str) -> tuple[str, str] | None:
+    """Pure: a Dockerfile's first stage when it is ``FROM <base> AS build`` and another stage
+    follows, and the rest from that stage's ``FROM`` on; None for any other shape."""
+    lines = text.splitlines(keepends=True)
+    froms = [i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0].upper() == "FROM"]
+    if len(froms) < 2:
+        return None
+    words = lines[froms[0]].split()
+    if words[1:2] != [BASE_REFERENCE] or [w.lower() for w in words[2:]] != ["as", BUILD_STAGE]:
+        return None
+    return "".join(lines[froms[0] : froms[1]]), "".join(lines[froms[1] :])
+
+
 def dockerfile_key(dockerfile: Path, context: Path) -> str:
-    text = dockerfile.read_text()
+    return text_key(dockerfile.read_text(), context)
+
+
+def text_key(text: str, context: Path) -> str:
+    """The cache key of a Dockerfile's text built in ``context``."""
     digest = hashlib.sha256()
     for part in (RECIPE, base_key(), text, _read_if(context / ".dockerignore")):
         digest.update(_sha256_text(part).encode())
@@ -189,9 +213,33 @@ class Builder:
         self._ensure_base()
         started = time.monotonic()
         reference = project_reference(name)
-        self.log(f"images: building {reference} from {dockerfile.name}")
-        self.buildah.bud(dockerfile, REPO, reference, pip_cert=os.environ.get("PIP_CERT"))
+        pip_cert = os.environ.get("PIP_CERT")
+        split = split_build_stage(dockerfile.read_text())
+        if split is None:
+            self.log(f"images: building {reference} from {dockerfile.name}")
+            self.buildah.bud(dockerfile, REPO, reference, pip_cert=pip_cert)
+            return self._record(name, reference, key, started)
+        stage, rest = split
+        self._ensure_stage(stage, pip_cert)
+        self.log(f"images: building {reference} from {dockerfile.name} (its '{BUILD_STAGE}' stage: {STAGE_REFERENCE})")
+        with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=self.directory) as scratch:
+            containerfile = Path(scratch) / f"Dockerfile.{name}"
+            containerfile.write_text(f"FROM {STAGE_REFERENCE} AS {BUILD_STAGE}\n{rest}")
+            self.buildah.bud(containerfile, REPO, reference, pip_cert=pip_cert)
         return self._record(name, reference, key, started)
+
+    def _ensure_stage(self, stage: str, pip_cert: str | None) -> None:
+        """The shared build stage, built unless the stored one has the same key."""
+        key = text_key(stage, REPO)
+        if self.buildah.image_label(STAGE_REFERENCE, STAGE_KEY_LABEL) == key:
+            return
+        started = time.monotonic()
+        self.log(f"images: building the shared '{BUILD_STAGE}' stage {STAGE_REFERENCE}")
+        with tempfile.TemporaryDirectory(prefix="stage-", dir=self.directory) as scratch:
+            containerfile = Path(scratch) / "Dockerfile.build"
+            containerfile.write_text(stage)
+            self.buildah.bud(containerfile, REPO, STAGE_REFERENCE, pip_cert=pip_cert, labels={STAGE_KEY_LABEL: key})
+        self.log(f"images: {STAGE_REFERENCE} in {time.monotonic() - started:.1f}s")
 
     def _binary_image(self, name: str) -> Image:
         binary = _local_binary(name)

@@ -61,3 +61,31 @@ def test_binary_images_run_their_static_binary_as_non_root() -> None:
     assert text.splitlines()[0] == f"FROM {images.BASE_REFERENCE}"
     assert "USER 65532:65532" in text
     assert 'ENTRYPOINT ["/usr/local/bin/mpi-operator"]' in text
+
+
+def test_the_four_dockerfiles_share_one_build_stage_built_once() -> None:
+    """Their first stage is the same text (built once, each image's last stage on it)."""
+    splits = [images.split_build_stage((REPO / f"Dockerfile.{n}").read_text()) for n in images.PROJECT_IMAGES]
+    assert all(s is not None for s in splits)
+    stages = {s[0] for s in splits if s is not None}
+    assert len(stages) == 1
+    (stage,) = stages
+    assert stage.startswith(f"FROM {images.BASE_REFERENCE} AS {images.BUILD_STAGE}\n")
+    for name, split in zip(images.PROJECT_IMAGES, splits, strict=True):
+        assert split is not None
+        rest = split[1]
+        assert rest.startswith(f"FROM {images.BASE_REFERENCE}\n"), name
+        assert "COPY --from=build /opt/signal /opt/signal" in rest, name
+        assert stage + rest in (REPO / f"Dockerfile.{name}").read_text(), name
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"FROM {images.BASE_REFERENCE}\nRUN true\n",  # one stage
+        f"FROM {images.BASE_REFERENCE} AS tools\nRUN true\nFROM {images.BASE_REFERENCE}\n",  # not 'build'
+        "FROM elsewhere:1 AS build\nRUN true\nFROM x\n",  # another base
+    ],
+)
+def test_other_shapes_are_built_as_they_are(text: str) -> None:
+    assert images.split_build_stage(text) is None
