@@ -173,6 +173,10 @@ class World:
     admin: KubeClient
     namespace: str
     profiles: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    """Nodes this world created (removed by ``cleanup``): left behind, every later test of the
+    session would pay for them, the heartbeat patching each every few seconds and each
+    controller under test watching those patches (the crash file alone made about 1,000)."""
 
     async def setup(self, *, immutable: bool = True, scripts: dict[str, str] | None = None) -> None:
         await install_rbac(self.admin, self.namespace)
@@ -190,6 +194,7 @@ class World:
         labels = {"pool": "gpu"}
         if requested_for:
             labels[keys.CERTIFY_LABEL] = requested_for
+        self.added.extend(names)
         await self.cluster.add_nodes(
             [SimNode(n, zone=zones[i % len(zones)], labels=dict(labels), **node) for i, n in enumerate(names)]
         )
@@ -218,6 +223,8 @@ class World:
         for name in self.profiles:
             with contextlib.suppress(ApiError):
                 await self.admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=name))
+        added, self.added = self.added, []
+        await asyncio.gather(*(self.cluster.remove_node(name) for name in added))
 
 
 async def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2, what: str = "") -> Any:
