@@ -170,6 +170,21 @@ async def _nodes(admin: KubeClient, names: list[str]) -> list[Obj]:
     return [await admin.get(resource_path("v1", "nodes", name=n)) for n in names]
 
 
+async def _request_waves(
+    world: World,
+    recorder: Recorder,
+    rng: random.Random,
+    names: list[str],
+    profiles: list[str],
+    start: float,
+    span: float,
+) -> None:
+    """Six request waves over the span, each at its time whatever the faults are doing."""
+    for at in (span * i / 6 for i in range(6)):
+        await asyncio.sleep(max(0.0, start + at - time.monotonic()))
+        await _request_wave(world, recorder, rng, names, profiles)
+
+
 async def _request_wave(
     world: World, recorder: Recorder, rng: random.Random, names: list[str], profiles: list[str]
 ) -> None:
@@ -256,6 +271,7 @@ async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report
     recorder: Recorder | None = None
     injector: Injector | None = None
     supervisor: asyncio.Task[None] | None = None
+    waves: asyncio.Task[None] | None = None
     admin = PatientClient(cluster.admin.server, cluster.admin.token, cluster.admin.ca_file)
     try:
         namespace = f"chaos-{seed}"
@@ -284,18 +300,22 @@ async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report
         injector = Injector(cluster, admin, namespace, replicas, recorder, rng, names, zones, profiles)
         supervisor = asyncio.create_task(supervise(replicas, recorder, injector.paused))
         plan = schedule(seed, faults, span)
-        waves = [span * i / 6 for i in range(6)]
         start = time.monotonic()
+        # The waves keep their own clock: a fault that waits for its target (kill-adapter waits
+        # for a check to run) must not hold back the requests that would give it one. Seen: a
+        # seed whose only group was canceled and held, three faults each waiting for a check,
+        # and no wave for 100 s: too few faults injected.
+        waves = asyncio.create_task(
+            _request_waves(world, recorder, random.Random(seed * 7919), names, profiles, start, span)
+        )
         while plan:
             planned = plan.pop(0)
-            while waves and waves[0] <= planned.at:
-                await asyncio.sleep(max(0.0, start + waves.pop(0) - time.monotonic()))
-                await _request_wave(world, recorder, rng, names, profiles)
             await asyncio.sleep(max(0.0, start + planned.at - time.monotonic()))
             last = planned.tries >= NO_TARGET_RETRIES
             if not await injector.inject(planned.kind, last_try=last) and not last:
                 again = Planned(planned.at + NO_TARGET_DELAY, planned.kind, planned.tries + 1)
                 bisect.insort(plan, again, key=lambda p: p.at)
+        await waves
         await injector.settle()
         # Quiet phase: no more faults, no more recurrence; the system must finish what it started.
         await admin.merge_patch(
@@ -314,10 +334,11 @@ async def run_seed(seed: int, faults: int, span: float, workdir: Path) -> Report
     finally:
         if injector is not None:
             await injector.abort()
-        if supervisor is not None:
-            supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await supervisor
+        for task in (waves, supervisor):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         if recorder is not None:
             await recorder.stop()
         for replica in replicas:
