@@ -182,7 +182,7 @@ async def _versions(bare: Bare, names: Sequence[str]) -> dict[str, str]:
     }
 
 
-def _patch(rv: str, tag: str) -> dict[str, Any]:
+def conditional_patch(rv: str, tag: str) -> dict[str, Any]:
     """About the size of Signal's reservation patch: a label, an annotation, a taint-sized value."""
     detail = json.dumps({"run": "floor", "uid": tag, "index": 0, "request": "floor", "padding": "x" * 64})
     return {"metadata": {"resourceVersion": rv, "annotations": {FLOOR_ANNOTATION: detail}}}
@@ -204,7 +204,7 @@ async def api_write_floor(
 
             jobs = [
                 *(
-                    bare.call("PATCH", p, _patch(versions[n], tag), "application/merge-patch+json")
+                    bare.call("PATCH", p, conditional_patch(versions[n], tag), "application/merge-patch+json")
                     for p, n in zip(paths, nodes, strict=True)
                 ),
                 *(bare.call("POST", cm_path, {"metadata": {"name": m}, "data": {"k": "v"}}) for m in made),

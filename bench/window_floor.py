@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.floors import FLOOR_ANNOTATION, WRITES, Bare, Request, _patch
+from bench.floors import FLOOR_ANNOTATION, WRITES, Bare, Request, conditional_patch
 from controller.ledger import LEDGER_NAME
 from localcluster.cluster import LocalCluster
 from localcluster.kube import resource_path
@@ -93,7 +93,7 @@ async def request_window_floor(
             request_runs.append(time.perf_counter() - began)
             for path, node in zip(paths, labelled, strict=True):
                 rv = node["metadata"]["resourceVersion"]
-                await bare.call("PATCH", path, _patch(rv, tag), "application/merge-patch+json")
+                await bare.call("PATCH", path, conditional_patch(rv, tag), "application/merge-patch+json")
             for name in made:
                 await bare.call("POST", cm_path, {"metadata": {"name": name}, "data": {"k": "v"}})
             runs.append(time.perf_counter() - began)
