@@ -2,6 +2,7 @@
 a fresh namespace per test. Component logs are attached to every failed test's report."""
 
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -19,20 +20,37 @@ WORKFLOW_INSTANCE = "signal-tests"
 async def cluster() -> AsyncIterator[LocalCluster]:
     """The session's local cluster (control plane, CRDs, GC, process kubelet)."""
     global _CLUSTER  # noqa: PLW0603 - read by the report hook below
-    keep = os.environ.get("SIGNAL_KEEP_CLUSTER_DIR") == "1"
-    # Argo runs only the Workflows of tests that ask for it (the controller's
-    # --workflow-instance-id, or workflow_manifest(run, WORKFLOW_INSTANCE)); the other tests'
-    # Workflows stay untouched, as they were written for.
-    local = LocalCluster(
-        plane=ControlPlane(keep_workdir=keep), heartbeat_seconds=5.0, workflow_instance_id=WORKFLOW_INSTANCE
-    )
-    await local.start()
+    local = await _start_session_cluster(os.environ.get("SIGNAL_KEEP_CLUSTER_DIR") == "1")
     _CLUSTER = local
     try:
         yield local
     finally:
         _CLUSTER = None
         await local.stop()
+
+
+async def _start_session_cluster(keep: bool) -> LocalCluster:
+    """Started once more, afresh, when the first start fails: a session fixture's error fails
+    every test that uses it, and a start can fail for the machine's reasons (seen once, right
+    after the chaos campaign's own cluster stopped: about 400 tests errored at setup; its cause
+    was not kept). The first failure is printed (shown with any failing test's output); a
+    second one is raised."""
+    for attempt in (1, 2):
+        # Argo runs only the Workflows of tests that ask for it (the controller's
+        # --workflow-instance-id, or workflow_manifest(run, WORKFLOW_INSTANCE)); the other
+        # tests' Workflows stay untouched, as they were written for.
+        local = LocalCluster(
+            plane=ControlPlane(keep_workdir=keep), heartbeat_seconds=5.0, workflow_instance_id=WORKFLOW_INSTANCE
+        )
+        try:
+            await local.start()  # stops what it started when it fails
+        except Exception as exc:
+            if attempt == 2:
+                raise
+            print(f"the session's local cluster failed to start ({exc!r}); starting a fresh one", file=sys.stderr)
+        else:
+            return local
+    raise AssertionError("not reached")
 
 
 @pytest.fixture
