@@ -48,6 +48,9 @@ from shared.profile import CertificationProfile
 from tests.controller_support import ControllerProcess, World, profile_body
 
 POLL = 0.02
+REQUESTER_CONCURRENCY = 64
+"""Request label PATCHes the bench's requester has in flight at once: a whole group of 64 at
+once; 100 groups (6,400 PATCHes) left unbounded stall the requester's own HTTP pool."""
 
 
 @dataclass
@@ -97,6 +100,17 @@ async def wait_for(what: str, probe, timeout: float = 300.0) -> float:  # type: 
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(POLL)
     return time.time()
+
+
+async def request_all(world: World, profile: str, names: list[str]) -> None:
+    """Label every one of ``names`` for ``profile``, ``REQUESTER_CONCURRENCY`` at a time."""
+    gate = asyncio.Semaphore(REQUESTER_CONCURRENCY)
+
+    async def one(name: str) -> None:
+        async with gate:
+            await world.request(profile, [name])
+
+    await asyncio.gather(*(one(n) for n in names))
 
 
 async def runs_of(admin, namespace: str, profile: str) -> list[Obj]:  # type: ignore[no-untyped-def]
@@ -175,7 +189,7 @@ async def _measure(
     # Latency: one group.
     chosen = spread(names, group)
     t0 = time.time()
-    await asyncio.gather(*(world.request(profile, [n]) for n in chosen))
+    await request_all(world, profile, chosen)
     requested_at = time.time()
 
     async def one_running() -> bool:
@@ -209,7 +223,7 @@ async def _measure(
         free = [n for n in names if n not in set(chosen)]
         wanted = spread(free, group * groups, offset=1)
         t1 = time.time()
-        await asyncio.gather(*(world.request(profile, [n]) for n in wanted))
+        await request_all(world, profile, wanted)
         requested_at_all = time.time()
 
         async def all_running() -> bool:
