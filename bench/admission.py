@@ -22,7 +22,8 @@ time-based (one every few seconds, whatever the work), shown apart. Growth (goal
 both sizes.
 
     .venv/bin/python bench/admission.py [--nodes 2000] [--group 64] [--groups 4] [--factor 10]
-    (the issue's full sizes: --nodes 10000 --groups 100)
+    (the issue's full sizes: --nodes 10000 --groups 100; the small run requests
+    max(1, groups/factor) groups at once)
 """
 
 import argparse
@@ -75,6 +76,8 @@ class Figures:
     throughput_writes: int = 0
     throughput_lists: int = 0
     selection_ms: float = 0.0
+    selection_reserved_ms: float = 0.0
+    reserved: int = 0
     requested: tuple[str, ...] = ()
     window_kinds: dict[str, int] = field(default_factory=dict)
     throughput_kinds: dict[str, int] = field(default_factory=dict)
@@ -247,29 +250,31 @@ async def _measure(
     return figures
 
 
-async def selection_ms(admin, group: int) -> float:  # type: ignore[no-untyped-def]
+async def selection_ms(admin, group: int) -> tuple[float, float, int]:  # type: ignore[no-untyped-def]
+    """Median ms to choose ``group`` of every Node requested: with every Node free (goal 4's
+    case), then with the reservations the bench's Runs hold (for the record), and how many."""
     listing = await admin.get(resource_path("v1", "nodes"))
     body = profile_body("bench-select", "bench", group)
     body["metadata"]["uid"] = "x"
     model = CertificationProfile.model_validate(body)
-    views = [
-        node_view(
-            {
-                **n,
-                "metadata": {
-                    **n["metadata"],
-                    "labels": {**n["metadata"].get("labels", {}), keys.CERTIFY_LABEL: "bench-select"},
-                },
-            }
-        )
-        for n in listing["items"]
-    ]
-    timings = []
-    for _ in range(20):
-        t = time.perf_counter()
-        select_participants(views, model, set(), [])
-        timings.append(time.perf_counter() - t)
-    return statistics.median(timings) * 1000
+
+    def requested(node: Obj, *, free: bool) -> Obj:
+        labels = {**node["metadata"].get("labels", {}), keys.CERTIFY_LABEL: "bench-select"}
+        if free:
+            labels.pop(keys.RESERVED_BY_LABEL, None)
+        return {**node, "metadata": {**node["metadata"], "labels": labels}}
+
+    def median_ms(views: list) -> float:  # type: ignore[type-arg]
+        timings = []
+        for _ in range(20):
+            t = time.perf_counter()
+            select_participants(views, model, set(), [])
+            timings.append(time.perf_counter() - t)
+        return statistics.median(timings) * 1000
+
+    free = [node_view(requested(n, free=True)) for n in listing["items"]]
+    held = [node_view(requested(n, free=False)) for n in listing["items"]]
+    return median_ms(free), median_ms(held), sum(1 for v in held if v.reservation is not None)
 
 
 def report(figures: Figures, group: int) -> None:
@@ -291,12 +296,17 @@ def report(figures: Figures, group: int) -> None:
             f"LIST {figures.throughput_lists}"
         )
         print(f"  the throughput window's writes by kind: {figures.throughput_kinds}")
-    print(f"  pure selection of {group} of {figures.nodes} requested Nodes: median {figures.selection_ms:.2f} ms")
+    print(
+        f"  pure selection of {group} of {figures.nodes} requested Nodes: median {figures.selection_ms:.2f} ms "
+        f"(every Node free), {figures.selection_reserved_ms:.2f} ms (with the {figures.reserved} the bench's "
+        "Runs hold, as they are)"
+    )
 
 
 async def main(total: int, group: int, groups: int, factor: int) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="signal-bench-"))
-    small = max(group * (groups + 2), total // factor)
+    small_groups = max(1, groups // factor) if groups else 0
+    small = max(group * (small_groups + 2), total // factor)
     async with LocalCluster(heartbeat_seconds=300) as cluster:
         admin = cluster.admin
         namespace = "bench"
@@ -311,9 +321,10 @@ async def main(total: int, group: int, groups: int, factor: int) -> None:
             await cluster.add_nodes(fleet[have:size], concurrency=64)
             print(f"fleet: {size} Nodes ({size - have} created in {time.monotonic() - began:.1f}s)")
             names = [n.name for n in fleet[have:size]]  # Nodes no earlier measurement requested
-            figures = await measure(cluster, world, workdir, names, group, groups, tag)
+            at_once = small_groups if tag == "small" else groups
+            figures = await measure(cluster, world, workdir, names, group, at_once, tag)
             figures.nodes = size
-            figures.selection_ms = await selection_ms(admin, group)
+            figures.selection_ms, figures.selection_reserved_ms, figures.reserved = await selection_ms(admin, group)
             results.append((figures, [n.name for n in fleet[:size]]))
             report(figures, group)
         full, names = results[-1]
@@ -387,6 +398,15 @@ async def main(total: int, group: int, groups: int, factor: int) -> None:
         print(row(f"3 cold start ({full.nodes} Nodes, no Runs)", None, full.cold_start, "s", "<= 5 s"))
         print(row("3 RSS synced", None, full.rss_synced, "MiB", "<= 150 MiB (with 100 live Runs)"))
         print(row(f"4 selection ({group} of {full.nodes})", None, full.selection_ms, "ms", "<= 5 ms"))
+        print(
+            row(
+                f"4 (with {full.reserved} of them reserved)",
+                None,
+                full.selection_reserved_ms,
+                "ms",
+                "(for the record: the bench's Runs' reservations as they are)",
+            )
+        )
         print()
         f = max(1, round(full.nodes / small_figures.nodes))
         print(growth("admission latency", small_figures.latency, full.latency, f, "s"))
@@ -394,7 +414,8 @@ async def main(total: int, group: int, groups: int, factor: int) -> None:
         print(growth("controller RSS synced", small_figures.rss_synced, full.rss_synced, f, "MiB"))
         print(growth("selection", small_figures.selection_ms, full.selection_ms, f, "ms"))
         if full.groups:
-            print(growth("throughput window", small_figures.throughput_seconds, full.throughput_seconds, f, "s"))
+            small_each = small_figures.throughput_seconds / small_figures.groups
+            print(growth("throughput window per group", small_each, full.throughput_seconds / full.groups, f, "s"))
 
 
 if __name__ == "__main__":
