@@ -4,8 +4,8 @@
 2. create the Run (deterministic name);
 3. re-read the ledger: our fence and our group must still be there (else roll back);
 4. create the Run-owned immutable snapshot ConfigMap with the source's exact bytes;
-5. reserve every Node, one patch each, conditioned on its resourceVersion (several at once:
-   controller/reservations.py ``each_node``);
+5. reserve every Node, one patch each, conditioned on the resourceVersion it was decided on
+   (several at once: controller/reservations.py ``each_node``);
 6. create the Workflow and mark the Run Running.
 
 A crash between any two writes leaves a state that recovery completes or rolls back. Any
@@ -107,8 +107,14 @@ async def complete_admission(ctx: Context, run: RunView, source: Obj | None) -> 
 
 
 async def _ensure_snapshot(ctx: Context, run: RunView, source: Obj | None) -> None:
-    path = resource_path("v1", "configmaps", ctx.namespace, run.snapshot)
-    existing = await ctx.kube.get_or_none(path)
+    collection = resource_path("v1", "configmaps", ctx.namespace)
+    if source is not None:
+        # Admitting now: the snapshot is new unless this admission was interrupted and resumed,
+        # so it is created without a read first; one that exists is checked below.
+        with contextlib.suppress(AlreadyExists):
+            await ctx.kube.create(collection, snapshot_manifest(run.raw, source))
+            return
+    existing = await ctx.kube.get_or_none(f"{collection}/{run.snapshot}")
     if existing is not None:
         owners = existing["metadata"].get("ownerReferences") or []
         if not any(o.get("uid") == run.uid and o.get("controller") for o in owners):
@@ -117,7 +123,7 @@ async def _ensure_snapshot(ctx: Context, run: RunView, source: Obj | None) -> No
     if source is None:
         source = await _reverify_source(ctx, run)
     with contextlib.suppress(AlreadyExists):
-        await ctx.kube.create(resource_path("v1", "configmaps", ctx.namespace), snapshot_manifest(run.raw, source))
+        await ctx.kube.create(collection, snapshot_manifest(run.raw, source))
 
 
 async def _reverify_source(ctx: Context, run: RunView) -> Obj:

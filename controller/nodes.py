@@ -52,6 +52,11 @@ class NodeView:
     taints: tuple[tuple[str, str, str], ...] = ()
     """(key, value, effect) of the Node's taints other than Signal's cordon and the
     unschedulable taint (those are ``signal_taint_uid`` and ``unschedulable``)."""
+    raw_taints: tuple[tuple[tuple[str, str], ...], ...] = ()
+    """Every taint as the Node carries it (all its fields, in order): what a reservation
+    patch written from this view keeps (``patch_basis``)."""
+    attempt_raw: str = ""
+    """The Node's next-attempt annotation as it is (``next_attempt`` is its parsed form)."""
 
     @property
     def signal_tainted(self) -> bool:
@@ -121,7 +126,27 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
             for t in taints
             if t.get("key") not in {RESERVED_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY}
         ),
+        raw_taints=tuple(tuple((sys.intern(str(k)), str(v)) for k, v in t.items()) for t in taints),
+        attempt_raw=sys.intern(str(annotations.get(keys.ATTEMPT_ANNOTATION) or "")),
     )
+
+
+def patch_basis(view: NodeView) -> dict[str, Any]:
+    """The part of a raw Node that a reservation patch is decided on (its resourceVersion,
+    labels, next-attempt annotation and taints), rebuilt from a cached view. A patch made from
+    it is conditioned on that resourceVersion, so it applies only to exactly the Node the view
+    was parsed from (else the API server answers Conflict)."""
+    annotations = {keys.ATTEMPT_ANNOTATION: view.attempt_raw} if view.attempt_raw else {}
+    return {
+        "metadata": {
+            "name": view.name,
+            "uid": view.uid,
+            "resourceVersion": view.resource_version,
+            "labels": dict(view.labels),
+            "annotations": annotations,
+        },
+        "spec": {"taints": [dict(t) for t in view.raw_taints]} if view.raw_taints else {},
+    }
 
 
 def _next_attempt(value: str) -> tuple[str, int] | None:

@@ -2,6 +2,8 @@
 
 The source ConfigMap is read with an uncached GET whenever an admission is possible, when
 the profile changed, and on every resync; a profile that is not Ready is never acted on.
+While fewer requested Nodes than a group needs are free (the cache says so) and the status
+already reports that shortfall, a pass makes no read at all until its progress write is due.
 
 Status writes that change only progress (``eligibleNodes`` and condition messages, every
 condition's status and reason as they were) are made at most every ``PROGRESS_INTERVAL``
@@ -47,8 +49,31 @@ def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return "eligibleNodes" in old and shape(old.get("conditions")) == shape(new.get("conditions"))
 
 
-def _candidates(ctx: Context, name: str) -> bool:
-    return any(n.labels.get(keys.CERTIFY_LABEL) == name and n.reservation is None for n in ctx.nodes.items.values())
+def _candidates(ctx: Context, name: str) -> int:
+    """Nodes the cache shows requested for profile ``name`` and not reserved."""
+    nodes = ctx.nodes.items.values()
+    return sum(1 for n in nodes if n.labels.get(keys.CERTIFY_LABEL) == name and n.reservation is None)
+
+
+def short_and_reported(status: Mapping[str, Any], candidates: int, count: int) -> bool:
+    """Whether no admission is possible (fewer requested free Nodes than a group needs) and the
+    status already says so (Ready, and not Admissible for want of Nodes): all a pass could
+    change then is progress (``eligibleNodes``, the message). Pure."""
+    conditions = status.get("conditions") or []
+    ready, admissible = condition(conditions, "Ready"), condition(conditions, "Admissible")
+    return (
+        candidates < count
+        and ready is not None
+        and ready.get("status") == "True"
+        and admissible is not None
+        and admissible.get("status") == "False"
+        and admissible.get("reason") == "InsufficientEligibleNodes"
+    )
+
+
+def _progress_wait(ctx: Context, name: str) -> float:
+    last = ctx.profile_status_written.get(name)
+    return 0.0 if last is None else last + PROGRESS_INTERVAL - time.monotonic()
 
 
 async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | None:
@@ -64,8 +89,14 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
         where = ".".join(str(p) for p in first["loc"])
         return await _set_status(ctx, raw, SourceCheck(False, "InvalidSpec", f"{where}: {first['msg']}"), None)
     stale = status.get("observedGeneration") != generation or condition(status.get("conditions") or [], "Ready") is None
-    if not (stale or resync or _candidates(ctx, name)):
+    candidates = _candidates(ctx, name)
+    if not (stale or resync or candidates):
         return None
+    wait = _progress_wait(ctx, name)
+    if not (stale or resync) and wait > 0 and short_and_reported(status, candidates, profile.spec.participants.count):
+        # While a request arrives Node by Node: its progress write would be held back anyway,
+        # so the reads that would only feed it are held back with it (the key comes back).
+        return wait
     ref = profile.spec.source
     source = await ctx.kube.get_or_none(resource_path("v1", "configmaps", ref.namespace, ref.name))
     check = verify_source(profile, source)
@@ -122,8 +153,7 @@ async def _set_status(ctx: Context, raw: Obj, check: SourceCheck, shortfall: Sho
     if all(status.get(k) == v for k, v in updated.items()):
         return None
     name = raw["metadata"]["name"]
-    last = ctx.profile_status_written.get(name)
-    wait = 0.0 if last is None else last + PROGRESS_INTERVAL - time.monotonic()
+    wait = _progress_wait(ctx, name)
     if wait > 0 and progress_only(status, updated):
         return wait
     path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=name, subresource="status")

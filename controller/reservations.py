@@ -4,6 +4,11 @@ and roll back an admission. Each write is safe to repeat and to interrupt: it re
 decides the patch (controller/manifests.py: ``reservation_patch``, ``release_patch``) and
 retries on a Conflict with a fresh read.
 
+A reservation's first try is decided on the informer's view of the Node when that view says
+the Node can be reserved (the read the selection already made); the patch carries the view's
+resourceVersion, so a stale view costs one Conflict, then an uncached read decides. Every
+other outcome (reserved, cordoned, gone) is only ever concluded from an uncached read.
+
 A group's Nodes are written ``NODE_WRITE_CONCURRENCY`` at a time (``each_node``): each write is
 independent of the others (its own Node, its own resourceVersion), so their order is free, and
 every write started has ended before the caller goes on (a rollback never races a reservation
@@ -14,7 +19,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 
 from controller.manifests import release_patch, reservation_patch
-from controller.nodes import node_view
+from controller.nodes import NodeView, node_view, patch_basis
 from controller.runview import ParticipantRef, RunView
 from controller.state import Context, log
 from kubeio.client import resource_path
@@ -71,11 +76,16 @@ def _reserve_call(ctx: Context, run: RunView, participant: ParticipantRef) -> Ca
 async def reserve(ctx: Context, run: RunView, participant: ParticipantRef) -> None:
     """Reserve one Node for ``run`` (idempotent), or raise AdmissionAborted."""
     uid = run.uid
+    cached = ctx.nodes.items.get(f"/{participant.node_name}")
     for _ in range(NODE_PATCH_ATTEMPTS):
-        node = await ctx.kube.get_or_none(_node_path(participant.node_name))
-        if node is None or node["metadata"]["uid"] != participant.node_uid:
-            raise AdmissionAborted(f"Node {participant.node_name} is gone or was replaced")
-        view = node_view(node)
+        if cached is not None and reservable(cached, participant):
+            view, node = cached, patch_basis(cached)
+        else:
+            read = await ctx.kube.get_or_none(_node_path(participant.node_name))
+            if read is None or read["metadata"]["uid"] != participant.node_uid:
+                raise AdmissionAborted(f"Node {participant.node_name} is gone or was replaced")
+            view, node = node_view(read), read
+        cached = None  # a Conflict means the view was stale: read afresh
         if view.reservation is not None:
             if view.reservation.run_uid == uid:
                 return
@@ -88,6 +98,12 @@ async def reserve(ctx: Context, run: RunView, participant: ParticipantRef) -> No
         except Conflict:
             continue
     raise AdmissionAborted(f"Node {participant.node_name} kept changing; could not reserve it")
+
+
+def reservable(view: NodeView, participant: ParticipantRef) -> bool:
+    """Whether ``view`` shows ``participant``'s Node (same uid) free to reserve: Ready, not
+    cordoned by anyone, not reserved."""
+    return view.uid == participant.node_uid and view.reservation is None and view.ready and not view.unschedulable
 
 
 async def release_nodes(

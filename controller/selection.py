@@ -48,16 +48,25 @@ def _bounded(examples: Mapping[str, list[str]]) -> tuple[str, ...]:
     return tuple(reasons[:MAX_REASONS])
 
 
-def _in_order(nodes: Iterable[NodeView], profile_name: str) -> Iterator[NodeView]:
-    """The Nodes requested for ``profile_name``, lazily, by name then uid. A heap over the names
-    costs O(n) to build and O(log n) per Node taken, so choosing a few Nodes out of a large
-    requested fleet never sorts all of it."""
+def _requested(nodes: Iterable[NodeView], profile_name: str) -> tuple[list[NodeView], list[NodeView]]:
+    """The Nodes requested for ``profile_name``: those reserved by no Run, and those reserved
+    (never eligible, so never chosen: only a shortfall looks at them, for its counts)."""
     label = keys.CERTIFY_LABEL
-    wanted = [n for n in nodes if n.labels.get(label) == profile_name]
+    free: list[NodeView] = []
+    reserved: list[NodeView] = []
+    for n in nodes:
+        if n.labels.get(label) == profile_name:
+            (free if n.reservation is None else reserved).append(n)
+    return free, reserved
+
+
+def _in_order(wanted: list[NodeView]) -> Iterator[NodeView]:
+    """``wanted`` lazily, by name then uid. A heap over the names costs O(n) to build and
+    O(log n) per Node taken, so choosing a few Nodes out of a large requested fleet never sorts
+    all of it."""
     by_name = {n.name: n for n in wanted}
     if len(by_name) < len(wanted):  # the same name twice (a replaced Node): by uid within a name
-        wanted.sort(key=lambda n: (n.name, n.uid))
-        yield from wanted
+        yield from sorted(wanted, key=lambda n: (n.name, n.uid))
         return
     names = list(by_name)
     heapq.heapify(names)
@@ -73,8 +82,8 @@ def select_participants(
 ) -> Selection | Shortfall:
     """Choose exactly ``participants.count`` Nodes, or explain why not.
 
-    Only Nodes requested for the profile are looked at, in order, until ``count`` are chosen;
-    only a shortfall looks at every one (for its counts and reasons)."""
+    Only Nodes requested for the profile and reserved by no Run are looked at, in order, until
+    ``count`` are chosen; only a shortfall looks at every one (for its counts and reasons)."""
     requirement = per_node_requirement(profile.spec.checks)
     count = profile.spec.participants.count
     budget = profile.spec.failure_domain_budget
@@ -93,7 +102,8 @@ def select_participants(
     examples: dict[str, list[str]] = {}
     chosen: list[NodeView] = []
     requested = eligible = 0
-    for node in _in_order(nodes, profile.metadata.name):
+    free, reserved = _requested(nodes, profile.metadata.name)
+    for node in _in_order(free):
         requested += 1
         reason = ineligibility(node, profile, requirement, held)
         if reason is not None:
@@ -114,4 +124,8 @@ def select_participants(
         chosen.append(node)
         if len(chosen) == count:
             return Selection(tuple(chosen))
+    for node in reserved:
+        requested += 1
+        reason = ineligibility(node, profile, requirement, held)
+        examples.setdefault(reason or "reserved", []).append(node.name)
     return Shortfall(requested, eligible, count, _bounded(examples))

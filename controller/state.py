@@ -2,7 +2,9 @@
 reads and writes every path shares (ledger compare-and-swap, status patches).
 
 Caches may be stale; every destructive or admission decision re-reads what it acts on with
-an uncached GET (the ledger, the source ConfigMap, each Node before its patch)."""
+an uncached GET (the ledger, the source ConfigMap), or writes conditioned on the
+resourceVersion it decided on (a Node's reservation is tried first on the cached view and
+refused by the API server if the Node changed since; controller/reservations.py)."""
 
 import time
 from collections.abc import Callable, Mapping

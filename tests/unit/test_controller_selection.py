@@ -330,6 +330,8 @@ def test_lazy_selection_agrees_with_sorting_the_whole_fleet(seed: int) -> None:
             node.candidate(PROFILE if rng.random() < 0.9 else "other")
         if rng.random() < 0.15:
             node.ready(False)
+        if rng.random() < 0.2:
+            node.reserved_by(f"ru-{rng.randint(0, 3)}")  # looked at only by a shortfall
         if rng.random() < 0.9:
             node.label("zone", f"z{rng.randint(0, 4)}")
         fleet.append(node.view())

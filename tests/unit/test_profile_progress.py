@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from controller.profiles import progress_only
+from controller.profiles import progress_only, short_and_reported
 
 Obj = dict[str, Any]
 
@@ -46,3 +46,27 @@ def status(
 )
 def test_progress_only(old: Obj, new: Obj, expected: bool) -> None:
     assert progress_only(old, new) is expected
+
+
+def _not_ready() -> Obj:
+    body = status(3)
+    body["conditions"][0]["status"] = "False"
+    return body
+
+
+@pytest.mark.parametrize(
+    ("old", "candidates", "expected"),
+    [
+        pytest.param(status(3), 63, True, id="short and reported: only progress can change"),
+        pytest.param(status(3), 64, False, id="a whole group requested: an admission is possible"),
+        pytest.param(status(3), 100, False, id="more than a group requested"),
+        pytest.param(status(None, "True", "Admitting"), 3, False, id="reported admissible: the flip is written"),
+        pytest.param(status(3, reason="Other"), 3, False, id="another reason"),
+        pytest.param(_not_ready(), 3, False, id="not Ready: the source is read again"),
+        pytest.param({}, 3, False, id="no status yet"),
+    ],
+)
+def test_a_pass_is_held_without_reads_only_when_it_could_change_progress_alone(
+    old: Obj, candidates: int, expected: bool
+) -> None:
+    assert short_and_reported(old, candidates, 64) is expected
