@@ -2,6 +2,8 @@
 
 The source ConfigMap is read with an uncached GET whenever an admission is possible, when
 the profile changed, and on every resync; a profile that is not Ready is never acted on.
+A pass that admits a group writes no status: the key is looked at again at once, and that
+pass writes the status of what is left (no transient ``Admissible=True`` per group).
 While fewer requested Nodes than a group needs are free (the cache says so) and the status
 already reports that shortfall, a pass makes no read at all until its progress write is due.
 
@@ -90,7 +92,7 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
         return await _set_status(ctx, raw, SourceCheck(False, "InvalidSpec", f"{where}: {first['msg']}"), None)
     stale = status.get("observedGeneration") != generation or condition(status.get("conditions") or [], "Ready") is None
     candidates = _candidates(ctx, name)
-    if not (stale or resync or candidates):
+    if not (stale or resync or candidates or name in ctx.profile_status_owed):
         return None
     wait = _progress_wait(ctx, name)
     if not (stale or resync) and wait > 0 and short_and_reported(status, candidates, profile.spec.participants.count):
@@ -110,6 +112,12 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
                     await admit(ctx, profile, ledger, result, source, check.digest)
             except AdmissionAborted as exc:
                 log.warning("admission aborted", profile=name, reason=str(exc))
+            else:
+                ctx.profile_status_owed.add(name)
+                # A group admitted: look again at once (another may be waiting) and write the
+                # status there, of what is left; written now, it would say Admissible of Nodes
+                # this admission just took, and the next pass would turn it back.
+                return 0.0
         else:
             shortfall = result
     return await _set_status(ctx, raw, check, shortfall)
@@ -150,13 +158,15 @@ async def _set_status(ctx: Context, raw: Obj, check: SourceCheck, shortfall: Sho
             generation=generation,
             now=now,
         )
-    if all(status.get(k) == v for k, v in updated.items()):
-        return None
     name = raw["metadata"]["name"]
+    if all(status.get(k) == v for k, v in updated.items()):
+        ctx.profile_status_owed.discard(name)
+        return None
     wait = _progress_wait(ctx, name)
     if wait > 0 and progress_only(status, updated):
         return wait
     path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=name, subresource="status")
     await ctx.kube.merge_patch(path, {"metadata": {"uid": raw["metadata"]["uid"]}, "status": updated})
     ctx.profile_status_written[name] = time.monotonic()
+    ctx.profile_status_owed.discard(name)
     return None

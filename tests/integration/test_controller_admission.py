@@ -92,6 +92,15 @@ async def test_four_of_six_requested_nodes_are_admitted_with_exact_children(
     assert params["snapshot"] == run["spec"]["source"]["snapshotConfigMap"]
     assert run["status"]["workflow"]["uid"] == workflow["metadata"]["uid"]
 
+    async def what_is_left() -> str | None:
+        conditions = ((await world.profile(profile)).get("status") or {}).get("conditions") or []
+        admissible = next((c for c in conditions if c["type"] == "Admissible"), {})
+        return admissible.get("message") if admissible.get("reason") == "InsufficientEligibleNodes" else None
+
+    # The status of what the admission left (the two others), written by the pass after it.
+    left = await eventually(what_is_left, what=f"the profile's status after admission\n{controller.logs()}")
+    assert left.startswith("2 of 2 requested Nodes eligible, 4 needed")
+
 
 async def test_a_node_cordoned_by_someone_else_is_never_selected(world: World, controller: ControllerProcess) -> None:
     names = world.node_names(3)
