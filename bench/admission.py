@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.floors import RequestLog, api_write_floor, growth, row, rss_mib, writes
 from bench.window_floor import LEASE_RENEWALS, request_window_floor, write_kinds
 from controller.nodes import node_view
+from controller.requested import RequestIndex
 from controller.selection import select_participants
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
@@ -265,10 +266,16 @@ async def selection_ms(admin, group: int) -> tuple[float, float, int]:  # type: 
         return {**node, "metadata": {**node["metadata"], "labels": labels}}
 
     def median_ms(views: list) -> float:  # type: ignore[type-arg]
+        # As the controller selects: its cache keyed by Node, the requested Nodes kept in order
+        # from the cache's events (controller/requested.py: that upkeep is per event, not here).
+        cache = {f"/{v.name}": v for v in views}
+        index = RequestIndex()
+        for key, view in cache.items():
+            index.on_node(key, None, view)
         timings = []
         for _ in range(20):
             t = time.perf_counter()
-            select_participants(views, model, set(), [])
+            select_participants(cache.values(), model, set(), [], in_order=index.in_order("bench-select", cache))
             timings.append(time.perf_counter() - t)
         return statistics.median(timings) * 1000
 

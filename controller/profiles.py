@@ -53,8 +53,7 @@ def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 def _candidates(ctx: Context, name: str) -> int:
     """Nodes the cache shows requested for profile ``name`` and not reserved."""
-    nodes = ctx.nodes.items.values()
-    return sum(1 for n in nodes if n.labels.get(keys.CERTIFY_LABEL) == name and n.reservation is None)
+    return sum(1 for n in ctx.requested.in_order(name, ctx.nodes.items) if n.reservation is None)
 
 
 def short_and_reported(status: Mapping[str, Any], candidates: int, count: int) -> bool:
@@ -105,7 +104,13 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
     shortfall: Shortfall | None = None
     if check.ok and source is not None:
         ledger = await ctx.read_ledger()
-        result = select_participants(ctx.nodes.items.values(), profile, ledger.held_nodes(), ledger.all_group_nodes())
+        result = select_participants(
+            ctx.nodes.items.values(),
+            profile,
+            ledger.held_nodes(),
+            ledger.all_group_nodes(),
+            in_order=ctx.requested.in_order(name, ctx.nodes.items),
+        )
         if isinstance(result, Selection):
             try:
                 with metrics.ADMISSION_SECONDS.time():

@@ -60,6 +60,15 @@ def _requested(nodes: Iterable[NodeView], profile_name: str) -> tuple[list[NodeV
     return free, reserved
 
 
+def _free(in_order: Iterable[NodeView], reserved: list[NodeView]) -> Iterator[NodeView]:
+    """The Nodes of ``in_order`` that no Run reserves, lazily; the others go to ``reserved``."""
+    for node in in_order:
+        if node.reservation is None:
+            yield node
+        else:
+            reserved.append(node)
+
+
 def _in_order(wanted: list[NodeView]) -> Iterator[NodeView]:
     """``wanted`` lazily, by name then uid. A heap over the names costs O(n) to build and
     O(log n) per Node taken, so choosing a few Nodes out of a large requested fleet never sorts
@@ -79,11 +88,16 @@ def select_participants(
     profile: CertificationProfile,
     held: Set[str],
     live_group_nodes: Iterable[str] = (),
+    *,
+    in_order: Iterable[NodeView] | None = None,
 ) -> Selection | Shortfall:
     """Choose exactly ``participants.count`` Nodes, or explain why not.
 
     Only Nodes requested for the profile and reserved by no Run are looked at, in order, until
-    ``count`` are chosen; only a shortfall looks at every one (for its counts and reasons)."""
+    ``count`` are chosen; only a shortfall looks at every one (for its counts and reasons).
+    ``in_order``, when given, is exactly the Nodes requested for the profile, already by name
+    then uid (controller/requested.py keeps them so): they are taken as they come, and ``nodes``
+    serves only to find the live groups' Nodes for the budget."""
     requirement = per_node_requirement(profile.spec.checks)
     count = profile.spec.participants.count
     budget = profile.spec.failure_domain_budget
@@ -102,8 +116,13 @@ def select_participants(
     examples: dict[str, list[str]] = {}
     chosen: list[NodeView] = []
     requested = eligible = 0
-    free, reserved = _requested(nodes, profile.metadata.name)
-    for node in _in_order(free):
+    reserved: list[NodeView] = []
+    if in_order is None:
+        free, reserved = _requested(nodes, profile.metadata.name)
+        taken: Iterable[NodeView] = _in_order(free)
+    else:
+        taken = _free(in_order, reserved)
+    for node in taken:
         requested += 1
         reason = ineligibility(node, profile, requirement, held)
         if reason is not None:

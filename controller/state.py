@@ -16,6 +16,7 @@ import structlog
 
 from controller.ledger import LEDGER_NAME, Ledger, ledger_object, parse_ledger
 from controller.nodes import NodeView, node_view
+from controller.requested import RequestIndex
 from controller.runview import RunView, run_view
 from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import NotFound
@@ -61,6 +62,8 @@ class Context:
     """Label selector limiting the profiles this controller serves (empty: all)."""
     clock: Callable[[], datetime] = _now
     nodes: Informer[NodeView] = field(init=False)
+    requested: RequestIndex = field(init=False)
+    """The cached Nodes requested for each profile, in selection order (fed by ``nodes``)."""
     profiles: Informer[Obj] = field(init=False)
     runs: Informer[RunView] = field(init=False)
     """Runs parsed once into typed views (controller/runview.py)."""
@@ -78,6 +81,8 @@ class Context:
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
+        self.requested = RequestIndex()
+        self.nodes.handlers.append(self.requested.on_node)
         query = {"labelSelector": self.profile_selector} if self.profile_selector else {}
         self.profiles = Informer(self.kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), lambda o: o, **query)
         self.runs = Informer(self.kube, resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace), run_view)

@@ -9,6 +9,7 @@ import pytest
 from controller.budgets import domain_usage, violations
 from controller.eligibility import ineligibility
 from controller.nodes import NodeView
+from controller.requested import RequestIndex
 from controller.requirements import per_node_requirement
 from controller.selection import MAX_REASONS, Selection, Shortfall, select_participants
 from shared.profile import CertificationProfile
@@ -338,7 +339,16 @@ def test_lazy_selection_agrees_with_sorting_the_whole_fleet(seed: int) -> None:
     prof = profile(rng.randint(1, 12), max_per_zone=rng.randint(1, 6))
     live = [f"n-{rng.randint(0, 80):03d}" for _ in range(rng.randint(0, 6))]
     expected = _reference(fleet, prof, live)
-    result = select_participants(fleet, prof, frozenset(), live_group_nodes=live)
+    index, cache = RequestIndex(), {}
+    for i, node in enumerate(fleet):  # as the controller's cache feeds it (a key per Node)
+        cache[f"k{i}"] = node
+        index.on_node(f"k{i}", None, node)
+    scanned = select_participants(fleet, prof, frozenset(), live_group_nodes=live)
+    indexed = select_participants(
+        fleet, prof, frozenset(), live_group_nodes=live, in_order=index.in_order(PROFILE, cache)
+    )
+    assert indexed == scanned
+    result = scanned
     if expected[0]:
         assert isinstance(result, Selection)
         assert [(n.name, n.uid) for n in result.nodes] == expected[0]
