@@ -132,8 +132,9 @@ class Buildah:
     def remove_image(self, reference: str) -> None:
         """Drop an image (kept in its OCI archive) and whatever only it used. Called where no build
         is in flight (under localcluster/images.py's build lock, or by a test whose own
-        container is gone), so no working container is in use: every one left is removed first (a multi-stage ``bud`` leaves one on the stage it builds from, a killed
-        build its own), or the prune fails on an image they still use."""
+        container is gone), so no working container is in use: every one left is removed first
+        (a multi-stage ``bud`` leaves one on the stage it builds from, a killed build its own),
+        or the prune fails on an image they still use."""
         self("rmi", reference, what=f"removing {reference} from buildah's storage")
         self("rm", "--all", what="removing buildah's leftover working containers")
         self("rmi", "--prune", what="pruning buildah's storage")
