@@ -18,13 +18,22 @@ RUN = {"metadata": {"name": "r-1", "namespace": "ns", "uid": "run-uid"}}
 
 
 def _node(**changes: Any) -> dict[str, Any]:
+    """A free, Ready candidate Node ``n`` (uid ``uid-n``, resourceVersion 4711), changed."""
     node = make_node("n").candidate("p").build()
-    node["metadata"]["resourceVersion"] = "4711"
+    node["metadata"].update(uid="uid-n", resourceVersion="4711")
     for key, value in changes.items():
         if key == "taints":
             node.setdefault("spec", {})["taints"] = value
         elif key == "annotations":
             node["metadata"].setdefault("annotations", {}).update(value)
+        elif key == "unschedulable":
+            node.setdefault("spec", {})["unschedulable"] = value
+        elif key == "reserved":
+            node["metadata"]["labels"][keys.RESERVED_BY_LABEL] = value
+        elif key == "uid":
+            node["metadata"]["uid"] = value
+        elif key == "ready":
+            node["status"]["conditions"] = [{"type": "Ready", "status": str(value)}]
     return node
 
 
@@ -56,33 +65,17 @@ def test_a_patch_from_the_view_is_the_patch_from_the_node(node: dict[str, Any]) 
 
 
 REF = ParticipantRef(index=0, node_name="n", node_uid="uid-n")
-FREE = make_node("n").candidate("p").build()
-FREE["metadata"]["uid"] = "uid-n"
-
-
-def _with(**meta_or_spec: Any) -> dict[str, Any]:
-    node = make_node("n").candidate("p").build()
-    node["metadata"]["uid"] = "uid-n"
-    for key, value in meta_or_spec.items():
-        if key == "unschedulable":
-            node.setdefault("spec", {})["unschedulable"] = value
-        elif key == "reserved":
-            node["metadata"]["labels"][keys.RESERVED_BY_LABEL] = value
-        elif key == "uid":
-            node["metadata"]["uid"] = value
-        elif key == "ready":
-            node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    return node
+FREE = _node()
 
 
 @pytest.mark.parametrize(
     ("node", "expected"),
     [
         pytest.param(FREE, True, id="free and Ready"),
-        pytest.param(_with(reserved="another-run"), False, id="reserved"),
-        pytest.param(_with(unschedulable=True), False, id="cordoned by someone"),
-        pytest.param(_with(ready=False), False, id="not Ready"),
-        pytest.param(_with(uid="uid-other"), False, id="replaced (another uid)"),
+        pytest.param(_node(reserved="another-run"), False, id="reserved"),
+        pytest.param(_node(unschedulable=True), False, id="cordoned by someone"),
+        pytest.param(_node(ready=False), False, id="not Ready"),
+        pytest.param(_node(uid="uid-other"), False, id="replaced (another uid)"),
     ],
 )
 def test_only_a_view_showing_the_node_free_is_acted_on(node: dict[str, Any], expected: bool) -> None:
