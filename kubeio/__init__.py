@@ -1,5 +1,7 @@
-"""A thin, typed Kubernetes gateway on kubernetes_asyncio, shared by the services.
+"""A thin, typed Kubernetes gateway shared by the services: raw JSON over aiohttp.
 
-Raw JSON in and out (no typed client models on hot paths), one small error hierarchy so no
-kubernetes_asyncio type leaks past this package, and crash points on every write so that
-recovery after a crash at any write can be tested. Imports ``shared`` only."""
+Raw JSON in and out (no typed client models), its own kubeconfig and in-cluster configuration
+(``transport``: the generated client's package imports every API and model, about 60 MiB and a
+second per process), one small error hierarchy so no aiohttp type leaks past this package, and
+crash points on every write so that recovery after a crash at any write can be tested. Imports
+``shared`` only."""

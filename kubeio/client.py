@@ -1,4 +1,4 @@
-"""Raw-JSON requests and watches through kubernetes_asyncio's configured ApiClient.
+"""Raw-JSON requests and watches over aiohttp, to the ``kubeio.transport.Endpoint`` configured.
 
 The edge of the services: every request has a timeout, every failure leaves as a
 ``kubeio.errors.ApiError`` (``TransportError`` when no answer came), retryable reads are
@@ -11,15 +11,15 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
+from urllib.parse import urlencode
 
 import aiohttp
 import structlog
-from kubernetes_asyncio import client as k8s
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.client.exceptions import ApiException
+from yarl import URL
 
 from kubeio import crashpoints
 from kubeio.errors import ApiError, NotFound, TooManyRequests, TransportError, error_for, parse_retry_after
+from kubeio.transport import ConfigError, Endpoint, from_kubeconfig, in_cluster
 
 Obj = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -32,6 +32,10 @@ WATCH_SECONDS = 290
 WATCH_GRACE = 30
 """A watch silent this long past its timeoutSeconds is a dead connection."""
 MAX_RETRY_WAIT = 5.0
+MAX_CONNECTIONS = 100
+"""Connections open to the API server at once (each watch holds one)."""
+READ_BUFFER = 2**21
+"""aiohttp's read buffer: one watch event can be a whole object of up to etcd's 1.5 MiB."""
 log = structlog.get_logger("kubeio")
 
 
@@ -89,10 +93,10 @@ class Kube:
     that fails without an answer raises ``TransportError``; reads that fail in a retryable way
     are sent again (at most ``retries`` times, honouring Retry-After)."""
 
-    def __init__(
-        self, api_client: k8s.ApiClient, *, field_manager: str, timeout: float = 30.0, retries: int = 2
-    ) -> None:
-        self.api = api_client
+    def __init__(self, endpoint: Endpoint, *, field_manager: str, timeout: float = 30.0, retries: int = 2) -> None:
+        self.endpoint = endpoint
+        self.host = endpoint.host
+        self._session: aiohttp.ClientSession | None = None
         self.field_manager = field_manager
         self.timeout = timeout
         self.retries = retries
@@ -107,16 +111,25 @@ class Kube:
 
     @classmethod
     async def connect(cls, *, kubeconfig: str | None, field_manager: str, timeout: float = 30.0) -> "Kube":
-        """In-cluster configuration when running in a Pod, else the kubeconfig file."""
-        configuration = k8s.Configuration()
+        """In-cluster configuration when running in a Pod, else the kubeconfig file (raises
+        ``kubeio.transport.ConfigError`` when neither is usable)."""
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            endpoint = in_cluster()
         else:
-            await k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-        return cls(k8s.ApiClient(configuration=configuration), field_manager=field_manager, timeout=timeout)
+            endpoint = from_kubeconfig(kubeconfig)
+        return cls(endpoint, field_manager=field_manager, timeout=timeout)
+
+    def _pool(self) -> aiohttp.ClientSession:
+        """The connection pool, opened at the first request (inside the event loop)."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=self.endpoint.ssl)
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=READ_BUFFER)
+        return self._session
 
     async def close(self) -> None:
-        await self.api.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def _send(
         self,
@@ -129,25 +142,28 @@ class Kube:
         timeout: float | aiohttp.ClientTimeout,
     ) -> Any:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
-        await self.api.update_params_for_auth(headers, [], ["BearerToken"])
-        url = f"{self.api.configuration.host}{path}"
         verb = _verb(method, path, query)
         self.requests[verb] = self.requests.get(verb, 0) + 1
         if _REQUEST_LOG:
             with open(_REQUEST_LOG, "a", encoding="utf-8") as handle:  # noqa: ASYNC230 - benchmarks only
                 handle.write(f"{time.time():.3f}\t{verb}\t{path}\n")
+        credentials = self.endpoint.credentials
         try:
-            return await self.api.rest_client.request(
+            token = await credentials.token() if credentials is not None else None
+        except ConfigError as exc:
+            raise TransportError(f"no credentials: {exc}", method, path) from exc
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        url = f"{self.host}{path}" + (f"?{urlencode(query)}" if query else "")
+        try:
+            return await self._pool().request(
                 method,
-                url,
-                query_params=dict(query or {}),
+                URL(url, encoded=True),
                 headers=headers,
-                body=body,
-                _preload_content=False,
-                _request_timeout=timeout,
+                data=None if body is None else json.dumps(body),
+                timeout=timeout if isinstance(timeout, aiohttp.ClientTimeout) else aiohttp.ClientTimeout(total=timeout),
+                server_hostname=self.endpoint.server_hostname,
             )
-        except ApiException as exc:  # pragma: no cover - only raised with preloaded content
-            raise error_for(exc.status or 0, exc.body, method, path) from exc
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise TransportError(_describe(exc), method, path) from exc
 

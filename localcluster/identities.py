@@ -6,6 +6,7 @@ from pathlib import Path
 
 from kubernetes_asyncio import client as k8s
 
+from kubeio.transport import Endpoint
 from localcluster.controlplane import ControlPlane, kubeconfig_text
 from localcluster.kube import KubeClient, resource_path
 
@@ -22,6 +23,10 @@ class Identity:
     def client(self) -> KubeClient:
         """A raw-JSON client (caller closes it)."""
         return KubeClient(self.server, self.token, self.ca_file)
+
+    def endpoint(self) -> Endpoint:
+        """This identity's endpoint, for a ``kubeio.Kube`` (Signal's own gateway)."""
+        return Endpoint.for_token(self.server, self.token, self.ca_file)
 
     def api_client(self) -> k8s.ApiClient:
         """A kubernetes_asyncio ApiClient (caller closes it)."""

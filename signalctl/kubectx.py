@@ -77,7 +77,7 @@ def explain(exc: ApiError, verb: str, what: str, hint: str = "") -> str:
 
 def unreachable(kube: Kube, exc: Exception) -> str:
     """Message for a connection failure (no HTTP answer at all)."""
-    host = kube.api.configuration.host
+    host = kube.host
     return f"cannot reach the API server at {host}: {exc or type(exc).__name__}; check the kubeconfig and the cluster"
 
 

@@ -33,7 +33,7 @@ STARTED = "2026-11-30T00:00:00Z"
 
 @pytest.fixture
 async def ctx(cluster: LocalCluster, namespace: str) -> AsyncIterator[Context]:
-    kube = Kube(identities.admin(cluster.plane).api_client(), field_manager="signal-controller")
+    kube = Kube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
     yield Context(kube, namespace, "corpus-test")
     await kube.close()
 

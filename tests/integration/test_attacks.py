@@ -74,7 +74,7 @@ async def acceptance(cluster: LocalCluster, namespace: str) -> AsyncIterator[Con
     """The controller's acceptance code in this process (as controller/accept.py runs it),
     with an admin's client: in this namespace no evidence policy is installed, so the forged
     document can exist, as it could where the policy is missing or for a writer it admits."""
-    kube = Kube(identities.admin(cluster.plane).api_client(), field_manager="signal-controller")
+    kube = Kube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
     yield Context(kube, namespace, "attacks-test")
     await kube.close()
 
@@ -196,7 +196,7 @@ async def test_no_other_identity_can_write_evidence_signal_accepts(
         # Whatever got in, the check runs as it would: a real Pod per participant, which fails.
         outcome = await world.adapter(0)
         controller_sa = await identities.service_account(cluster.plane, namespace, "signal-controller", create=False)
-        kube = Kube(controller_sa.api_client(), field_manager="signal-controller")
+        kube = Kube(controller_sa.endpoint(), field_manager="signal-controller")
         try:
             ctx = Context(kube, namespace, "attacks-test")
             digest = outcome.outputs.get("evidence-digest", "")

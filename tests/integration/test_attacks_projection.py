@@ -217,7 +217,7 @@ async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
     older, newer = entry("older", "Pass", "2026-11-30T00:00:00Z"), entry("newer", "Fail", "2026-11-30T02:00:00Z")
     stale = await record(older)
     fresh = await record(newer)
-    kube = Kube(identities.admin(cluster.plane).api_client(), field_manager="signal-controller")
+    kube = Kube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
     try:
         ctx = Context(kube, namespace, "reassert-test")
 

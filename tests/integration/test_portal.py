@@ -180,7 +180,7 @@ class Lab:
         }
         workflow = {"metadata": {"name": name}, "status": {"phase": "Succeeded", "nodes": nodes}}
         if namespace not in self.contexts:
-            kube = Kube(identities.admin(self.cluster.plane).api_client(), field_manager="signal-controller")
+            kube = Kube(identities.admin(self.cluster.plane).endpoint(), field_manager="signal-controller")
             self.contexts[namespace] = Context(kube, namespace, "portal-test")
         await accept(self.contexts[namespace], run_view(run), workflow, deadline_passed=False)
         return await self.admin.get(resource_path(API, keys.RUN_PLURAL, namespace, name))

@@ -40,7 +40,7 @@ class CountingKube(Kube):
 
 @pytest.fixture
 async def ctx(cluster: LocalCluster, namespace: str) -> AsyncIterator[Context]:
-    kube = CountingKube(identities.admin(cluster.plane).api_client(), field_manager="signal-controller")
+    kube = CountingKube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
     yield Context(kube, namespace, "reservation-test")
     await kube.close()
 

@@ -40,7 +40,7 @@ Obj = dict[str, Any]
 @pytest.fixture
 async def ctx(cluster: LocalCluster, namespace: str, admin: KubeClient) -> AsyncIterator[Context]:
     await install_rbac(admin, namespace)
-    kube = Kube(identities.admin(cluster.plane).api_client(), field_manager="signal-controller")
+    kube = Kube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
     yield Context(kube, namespace, "signalctl-test")
     await kube.close()
 

@@ -1,0 +1,150 @@
+"""Goal 3 as the issue words it (used by bench/admission.py at the full size): a controller
+started over 10,000 Nodes, 500 Runs and 500 evidence ConfigMaps; start -> caches synced, and
+start -> the first admission after it (a group requested at the start, Running); its RSS then,
+with the bench's live Runs (about 100 at the issue's size) still Running.
+
+The Runs the bench's own windows left (live) are topped up to ``runs`` with finished ones of a
+profile of their own that keeps them all (``keepTerminalRuns``): each as the controller leaves a
+Run once done (Succeeded, Released, ResourcesCleaned) over a group of real Nodes, with one check
+evidence ConfigMap of the adapter's shape each (64 participants, gzip'd canonical JSON)."""
+
+import asyncio
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from bench.floors import rss_mib
+from localcluster.cluster import LocalCluster
+from localcluster.kube import KubeClient, Obj, resource_path
+from shared import keys
+from tests.controller_support import ControllerProcess, World, profile_body
+from tests.evidence_builders import check_evidence, config_map
+from tests.run_builders import run_body
+
+HISTORY_PROFILE = "bench-history"
+CONCURRENCY = 32
+STAMP = "2026-12-01T00:00:00Z"
+
+
+@dataclass
+class ColdStart:
+    runs: int
+    live: int
+    config_maps: int
+    synced: float
+    rss_synced: float
+    first_admission: float
+    rss_admitted: float
+
+    def describe(self) -> str:
+        return (
+            f"  cold start over {self.runs} Runs ({self.live} live) and {self.config_maps} evidence ConfigMaps: "
+            f"caches synced {self.synced:.2f}s (RSS {self.rss_synced:.1f} MiB), first admission "
+            f"Running {self.first_admission:.2f}s after start (RSS {self.rss_admitted:.1f} MiB)"
+        )
+
+
+def _condition(type_: str, reason: str) -> Obj:
+    return {"type": type_, "status": "True", "reason": reason, "message": reason, "lastTransitionTime": STAMP}
+
+
+async def _finished_run(admin: KubeClient, namespace: str, nodes: list[Obj]) -> None:
+    body = run_body(namespace, nodes, HISTORY_PROFILE)
+    created = await admin.create(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace), body)
+    name = created["metadata"]["name"]
+    status = {
+        "phase": "Succeeded",
+        "startTime": STAMP,
+        "completionTime": STAMP,
+        "conditions": [
+            _condition("Admitted", "Reserved"),
+            _condition("Released", "NodesReleased"),
+            _condition("ResourcesCleaned", "WorkflowAndSnapshotDeleted"),
+        ],
+    }
+    path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace, name, "status")
+    await admin.merge_patch(path, {"status": status})
+    evidence = config_map(keys.check_evidence_name(name, 0), check_evidence(created))
+    await admin.create(resource_path("v1", "configmaps", namespace), evidence)
+
+
+async def add_history(admin: KubeClient, world: World, nodes: list[Obj], runs: int, group: int) -> tuple[int, int]:
+    """Top the namespace's Runs up to ``runs`` with finished ones; (Runs now, live Runs)."""
+    namespace = world.namespace
+    body = profile_body(HISTORY_PROFILE, namespace, group)
+    body["spec"]["retention"] = {"keepTerminalRuns": runs}
+    await world.add_profile(body)
+    existing = (await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)))["items"]
+    live = sum(1 for r in existing if (r.get("status") or {}).get("phase") == "Running")
+    missing = max(0, runs - len(existing))
+    limit = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(i: int) -> None:
+        async with limit:
+            start = (i * group) % max(1, len(nodes) - group)
+            await _finished_run(admin, namespace, nodes[start : start + group])
+
+    began = time.monotonic()
+    await asyncio.gather(*(one(i) for i in range(missing)))
+    print(f"history: {missing} finished Runs and their evidence created in {time.monotonic() - began:.1f}s")
+    return len(existing) + missing, live
+
+
+async def cold_start(
+    cluster: LocalCluster, world: World, workdir: Path, profile: str, names: list[str], runs: int, live: int
+) -> ColdStart:
+    """A fresh controller (the same identity) over what is there; ``names`` (a group of free
+    Nodes) requested for ``profile`` as it starts."""
+    admin, namespace = cluster.admin, world.namespace
+    workdir.mkdir(exist_ok=True)
+    config_maps = len((await admin.get(resource_path("v1", "configmaps", namespace)))["items"])
+    before = {r["metadata"]["name"] for r in await _runs(admin, namespace, profile)}
+    controller = ControllerProcess(cluster, namespace, workdir, resync=300, workflow_instance_id="bench-held")
+    controller.policies = False  # installed by the first controller of the namespace
+    began = time.time()
+    await controller.start()
+    try:
+        await asyncio.gather(*(world.request(profile, [n]) for n in names))
+        synced_at = await _until(lambda: _true("caches synced" in controller.logs()))
+        assert controller.process is not None
+        pid = controller.process.pid
+        rss_synced = rss_mib(pid)
+
+        async def admitted() -> bool:
+            fresh = [r for r in await _runs(admin, namespace, profile) if r["metadata"]["name"] not in before]
+            return any((r.get("status") or {}).get("phase") == "Running" for r in fresh)
+
+        admitted_at = await _until(admitted)
+        return ColdStart(
+            runs=runs + 1,
+            live=live + 1,
+            config_maps=config_maps,
+            synced=synced_at - began,
+            rss_synced=rss_synced,
+            first_admission=admitted_at - began,
+            rss_admitted=rss_mib(pid),
+        )
+    finally:
+        controller.stop()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _runs(admin: KubeClient, namespace: str, profile: str) -> list[Obj]:
+    selector = f"{keys.PROFILE_LABEL}={profile}"
+    answer = await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace), labelSelector=selector)
+    items: list[Obj] = answer["items"]
+    return items
+
+
+async def _until(probe, timeout: float = 300.0) -> float:  # type: ignore[no-untyped-def]
+    """Poll ``probe`` (an awaitable factory) until true; the time.time() it first was."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await probe():
+            return time.time()
+        await asyncio.sleep(0.02)
+    raise SystemExit(f"timed out after {timeout:.0f}s waiting in the cold-start measurement ({datetime.now(UTC)})")
