@@ -35,14 +35,14 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.floors import RequestLog, api_write_floor, growth, row, rss_mib, writes
+from bench.admission_report import Figures, goals, report
+from bench.floors import RequestLog, api_write_floor, rss_mib, writes
 from bench.history import add_history, cold_start
-from bench.window_floor import LEASE_RENEWALS, request_window_floor, write_kinds
+from bench.window_floor import request_window_floor, write_kinds
 from controller.nodes import node_view
 from controller.requested import RequestIndex
 from controller.selection import select_participants
@@ -57,43 +57,6 @@ POLL = 0.02
 REQUESTER_CONCURRENCY = 64
 """Request label PATCHes the bench's requester has in flight at once: a whole group of 64 at
 once; 100 groups (6,400 PATCHes) left unbounded stall the requester's own HTTP pool."""
-
-
-@dataclass
-class Figures:
-    nodes: int
-    cold_start: float
-    rss_synced: float
-    latency: float
-    after_request: float
-    """From the moment the last of the group's request writes had been answered."""
-    observed: float
-    window_verbs: dict[str, int]
-    window_writes: int
-    node_patches: int
-    other_writes: int
-    rss_after: float
-    groups: int = 0
-    after_request_seconds: float = 0.0
-    """Throughput window from the last request write to the last Running PATCH."""
-    after_request_writes: int = 0
-    throughput_seconds: float = 0.0
-    throughput_writes: int = 0
-    throughput_lists: int = 0
-    selection_ms: float = 0.0
-    selection_reserved_ms: float = 0.0
-    reserved: int = 0
-    requested: tuple[str, ...] = ()
-    window_kinds: dict[str, int] = field(default_factory=dict)
-    throughput_kinds: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def window_renewals(self) -> int:
-        return self.window_kinds.get(LEASE_RENEWALS, 0)
-
-    @property
-    def throughput_renewals(self) -> int:
-        return self.throughput_kinds.get(LEASE_RENEWALS, 0)
 
 
 def spread(names: list[str], count: int, offset: int = 0) -> list[str]:
@@ -288,32 +251,6 @@ async def selection_ms(admin, group: int) -> tuple[float, float, int]:  # type: 
     return median_ms(free), median_ms(held), sum(1 for v in held if v.reservation is not None)
 
 
-def report(figures: Figures, group: int) -> None:
-    print(
-        f"  {figures.nodes} Nodes: cold start {figures.cold_start:.2f}s, RSS synced {figures.rss_synced:.1f} MiB, "
-        f"after {figures.rss_after:.1f} MiB"
-    )
-    print(
-        f"  request -> Running PATCH sent {figures.latency:.3f}s ({figures.after_request:.3f}s after the last "
-        f"request write; observed by polling {figures.observed:.3f}s); "
-        f"window: {figures.window_verbs}, writes {figures.window_writes} ({figures.node_patches} Node PATCHes), "
-        f"LIST {figures.window_verbs.get('LIST', 0)}"
-    )
-    print(f"  the latency window's writes by kind: {figures.window_kinds}")
-    if figures.groups:
-        print(
-            f"  {figures.groups} groups of {group} at once: {figures.throughput_seconds:.2f}s, "
-            f"{figures.throughput_writes} writes ({figures.throughput_writes / figures.groups:.1f} per group), "
-            f"LIST {figures.throughput_lists}"
-        )
-        print(f"  the throughput window's writes by kind: {figures.throughput_kinds}")
-    print(
-        f"  pure selection of {group} of {figures.nodes} requested Nodes: median {figures.selection_ms:.2f} ms "
-        f"(every Node free), {figures.selection_reserved_ms:.2f} ms (with the {figures.reserved} the bench's "
-        "Runs hold, as they are)"
-    )
-
-
 async def main(total: int, group: int, groups: int, factor: int, runs: int) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="signal-bench-"))
     small_groups = max(1, groups // factor) if groups else 0
@@ -354,91 +291,7 @@ async def main(total: int, group: int, groups: int, factor: int, runs: int) -> N
         print(floor.describe())
         whole = await request_window_floor(cluster, idle, full.other_writes, namespace)
         print(whole.describe())
-        print()
-        print(
-            row(
-                f"1 admission latency ({full.nodes} Nodes)",
-                floor.sequential,
-                full.latency,
-                "s",
-                "<= 1.5x the sequential write floor",
-            )
-        )
-        print(
-            row(
-                "1 (vs the concurrent write floor)",
-                floor.concurrent,
-                full.latency,
-                "s",
-                "(for the record)",
-            )
-        )
-        print(
-            row(
-                "1 (from the last Node's request)",
-                floor.sequential,
-                full.after_request,
-                "s",
-                "(for the record: the requester's own writes excluded)",
-            )
-        )
-        print(
-            row(
-                "1 (vs the request-window floor)",
-                whole.median,
-                full.latency,
-                "s",
-                f"(for the record: the same window's writes, {group} label PATCHes at once, then Signal's in a row)",
-            )
-        )
-        print(row("1 writes in the admission window", None, full.window_writes, "", f"<= {group + 6}"))
-        renewals = f"(for the record: {full.window_renewals} time-based Lease renewal(s) in the window)"
-        print(row("1 (less the Lease renewals)", None, full.window_writes - full.window_renewals, "", renewals))
-        if full.groups:
-            rate = full.throughput_writes / full.throughput_seconds
-            floor_rate = floor.writes / floor.sequential
-            print(
-                f"GOAL 2 throughput ({full.groups}x{group})              floor {floor_rate:9.1f} w/s "
-                f"signal {rate:9.1f} w/s ratio {rate / floor_rate:6.2f}  goal >= 0.70 of the floor's rate; "
-                f"{full.throughput_writes / full.groups:.1f} writes/group (<= 70), LIST {full.throughput_lists} (0)"
-            )
-            per_group = (full.throughput_writes - full.throughput_renewals) / full.groups
-            print(
-                f"GOAL 2 (writes/group, less Lease renewals) {per_group:.1f} writes/group  (for the record: "
-                f"{full.throughput_renewals} time-based Lease renewals in {full.throughput_seconds:.2f} s)"
-            )
-            if full.after_request_seconds > 0:
-                late = full.after_request_writes / full.after_request_seconds
-                print(
-                    f"GOAL 2 (from the last request write)   floor {floor_rate:9.1f} w/s signal {late:9.1f} w/s "
-                    f"ratio {late / floor_rate:6.2f}  (for the record: {full.after_request_writes} writes in "
-                    f"{full.after_request_seconds:.2f} s, the requester's writes over)"
-                )
-        history = f"{full.nodes} Nodes, {cold.runs} Runs, {cold.config_maps} ConfigMaps"
-        print(row(f"3 cold start ({history})", None, cold.synced, "s", "<= 5 s (caches synced)"))
-        print(row("3 (to the first admission Running)", None, cold.first_admission, "s", "(for the record)"))
-        print(row(f"3 RSS with {cold.live} live Runs", None, cold.rss_admitted, "MiB", "<= 150 MiB (100 live Runs)"))
-        print(row(f"3 cold start ({full.nodes} Nodes, no Runs)", None, full.cold_start, "s", "(for the record)"))
-        print(row("3 RSS synced (no Runs)", None, full.rss_synced, "MiB", "(for the record)"))
-        print(row(f"4 selection ({group} of {full.nodes})", None, full.selection_ms, "ms", "<= 5 ms"))
-        print(
-            row(
-                f"4 (with {full.reserved} of them reserved)",
-                None,
-                full.selection_reserved_ms,
-                "ms",
-                "(for the record: the bench's Runs' reservations as they are)",
-            )
-        )
-        print()
-        f = max(1, round(full.nodes / small_figures.nodes))
-        print(growth("admission latency", small_figures.latency, full.latency, f, "s"))
-        print(growth("cold start", small_figures.cold_start, full.cold_start, f, "s"))
-        print(growth("controller RSS synced", small_figures.rss_synced, full.rss_synced, f, "MiB"))
-        print(growth("selection", small_figures.selection_ms, full.selection_ms, f, "ms"))
-        if full.groups:
-            small_each = small_figures.throughput_seconds / small_figures.groups
-            print(growth("throughput window per group", small_each, full.throughput_seconds / full.groups, f, "s"))
+        goals(full, small_figures, floor, whole, cold, group)
 
 
 if __name__ == "__main__":
