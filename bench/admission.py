@@ -284,7 +284,7 @@ async def main(total: int, group: int, groups: int, factor: int, runs: int) -> N
         never = [n for n in names if n not in taken]  # never requested: no Run holds them
         idle = never[: full.node_patches]
         every = (await admin.get(resource_path("v1", "nodes")))["items"]
-        total_runs, live = await add_history(admin, world, every, runs, group)
+        total_runs, live = await add_history(cluster, world, every, runs, group)
         cold = await cold_start(cluster, world, workdir / "cold", "bench-full", never[-group:], total_runs, live)
         print(cold.describe())
         floor = await api_write_floor(cluster, idle, full.other_writes, namespace)

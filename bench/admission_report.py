@@ -132,7 +132,7 @@ def goals(full: Figures, small: Figures, floor: WriteFloor, whole: WindowFloor, 
                 f"ratio {late / floor_rate:6.2f}  (for the record: {full.after_request_writes} writes in "
                 f"{full.after_request_seconds:.2f} s, the requester's writes over)"
             )
-    history = f"{full.nodes} Nodes, {cold.runs} Runs, {cold.config_maps} ConfigMaps"
+    history = f"{full.nodes} Nodes, {cold.runs} Runs, {cold.config_maps} evidence ConfigMaps"
     print(row(f"3 cold start ({history})", None, cold.synced, "s", "<= 5 s (caches synced)"))
     print(row("3 (to the first admission Running)", None, cold.first_admission, "s", "(for the record)"))
     print(row(f"3 RSS with {cold.live} live Runs", None, cold.rss_admitted, "MiB", "<= 150 MiB (100 live Runs)"))

@@ -3,10 +3,12 @@ started over 10,000 Nodes, 500 Runs and 500 evidence ConfigMaps; start -> caches
 start -> the first admission after it (a group requested at the start, Running); its RSS then,
 with the bench's live Runs (about 100 at the issue's size) still Running.
 
-The Runs the bench's own windows left (live) are topped up to ``runs`` with finished ones of a
+To the Runs the bench's own windows left (live, about 100 at the issue's size) it adds ``runs``
+finished ones (so at least the issue's 500 Runs and exactly its 500 evidence ConfigMaps) of a
 profile of their own that keeps them all (``keepTerminalRuns``): each as the controller leaves a
-Run once done (Succeeded, Released, ResourcesCleaned) over a group of real Nodes, with one check
-evidence ConfigMap of the adapter's shape each (64 participants, gzip'd canonical JSON)."""
+Run once done (Succeeded, Released, ResourcesCleaned) over a group of real Nodes, with its Run
+evidence ConfigMap as the controller writes it (labels, owner, gzip'd canonical JSON holding the
+decision and the check's evidence for 64 participants), written as the controller."""
 
 import asyncio
 import time
@@ -15,11 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.floors import rss_mib
+from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys
+from tests.attack_support import forged, run_evidence_document
 from tests.controller_support import ControllerProcess, World, profile_body
-from tests.evidence_builders import check_evidence, config_map
+from tests.evidence_builders import check_evidence
 from tests.run_builders import run_body
 
 HISTORY_PROFILE = "bench-history"
@@ -49,7 +53,7 @@ def _condition(type_: str, reason: str) -> Obj:
     return {"type": type_, "status": "True", "reason": reason, "message": reason, "lastTransitionTime": STAMP}
 
 
-async def _finished_run(admin: KubeClient, namespace: str, nodes: list[Obj]) -> None:
+async def _finished_run(admin: KubeClient, writer: KubeClient, namespace: str, nodes: list[Obj]) -> None:
     body = run_body(namespace, nodes, HISTORY_PROFILE)
     created = await admin.create(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace), body)
     name = created["metadata"]["name"]
@@ -65,28 +69,34 @@ async def _finished_run(admin: KubeClient, namespace: str, nodes: list[Obj]) -> 
     }
     path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace, name, "status")
     await admin.merge_patch(path, {"status": status})
-    evidence = config_map(keys.check_evidence_name(name, 0), check_evidence(created))
-    await admin.create(resource_path("v1", "configmaps", namespace), evidence)
+    nodes_passed = {n["metadata"]["name"]: "Pass" for n in nodes}
+    document = run_evidence_document(created, check_evidence(created), nodes_passed, "Succeeded")
+    evidence = forged(created, keys.run_evidence_name(name), document, controller=True)
+    await writer.create(resource_path("v1", "configmaps", namespace), evidence)
 
 
-async def add_history(admin: KubeClient, world: World, nodes: list[Obj], runs: int, group: int) -> tuple[int, int]:
-    """Top the namespace's Runs up to ``runs`` with finished ones; (Runs now, live Runs)."""
-    namespace = world.namespace
+async def add_history(cluster: LocalCluster, world: World, nodes: list[Obj], runs: int, group: int) -> tuple[int, int]:
+    """Add ``runs`` finished Runs, each with its evidence; (Runs now, live Runs). The
+    evidence is written as the controller's ServiceAccount: Signal's admission policy lets only
+    the adapter and the controller create evidence, not even the cluster's admin."""
+    admin, namespace = cluster.admin, world.namespace
     body = profile_body(HISTORY_PROFILE, namespace, group)
     body["spec"]["retention"] = {"keepTerminalRuns": runs}
     await world.add_profile(body)
     existing = (await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)))["items"]
     live = sum(1 for r in existing if (r.get("status") or {}).get("phase") == "Running")
-    missing = max(0, runs - len(existing))
+    missing = runs  # each with its evidence: ``runs`` evidence ConfigMaps, the live Runs on top
     limit = asyncio.Semaphore(CONCURRENCY)
 
-    async def one(i: int) -> None:
+    async def one(i: int, writer: KubeClient) -> None:
         async with limit:
             start = (i * group) % max(1, len(nodes) - group)
-            await _finished_run(admin, namespace, nodes[start : start + group])
+            await _finished_run(admin, writer, namespace, nodes[start : start + group])
 
     began = time.monotonic()
-    await asyncio.gather(*(one(i) for i in range(missing)))
+    writer_identity = await identities.service_account(cluster.plane, namespace, "signal-controller", create=False)
+    async with writer_identity.client() as writer:
+        await asyncio.gather(*(one(i, writer) for i in range(missing)))
     print(f"history: {missing} finished Runs and their evidence created in {time.monotonic() - began:.1f}s")
     return len(existing) + missing, live
 
@@ -98,7 +108,8 @@ async def cold_start(
     Nodes) requested for ``profile`` as it starts."""
     admin, namespace = cluster.admin, world.namespace
     workdir.mkdir(exist_ok=True)
-    config_maps = len((await admin.get(resource_path("v1", "configmaps", namespace)))["items"])
+    listed = (await admin.get(resource_path("v1", "configmaps", namespace)))["items"]
+    config_maps = sum(1 for cm in listed if cm["metadata"]["name"].endswith("-evidence"))
     before = {r["metadata"]["name"] for r in await _runs(admin, namespace, profile)}
     controller = ControllerProcess(cluster, namespace, workdir, resync=300, workflow_instance_id="bench-held")
     controller.policies = False  # installed by the first controller of the namespace
