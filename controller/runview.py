@@ -159,8 +159,18 @@ def _check_names(value: Any, problems: list[str]) -> tuple[str, ...]:
     return tuple(str(c["name"]) for c in value)
 
 
+def lean(obj: Mapping[str, Any]) -> Obj:
+    """A shallow copy of ``obj`` without ``metadata.managedFields``: the API server's record of
+    who wrote which field, which nothing in the controller reads and which, cached for every
+    Run and Workflow, costs memory (on a Workflow Argo has written, more than the rest of it)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return dict(obj)
+
+
 def run_view(obj: Mapping[str, Any]) -> RunView:
-    """Parse a raw Run (never raises; see ``RunView.problem``)."""
+    """Parse a raw Run (never raises; see ``RunView.problem``); ``raw`` is kept ``lean``."""
     problems: list[str] = []
     meta = _mapping(obj.get("metadata"), "metadata", problems)
     spec = _mapping(obj.get("spec"), "spec", problems)
@@ -174,7 +184,7 @@ def run_view(obj: Mapping[str, Any]) -> RunView:
     if phase == Phase.RUNNING and started is not None and deadline is None:
         problems.append("a Running Run has no spec.suiteDeadlineSeconds")
     return RunView(
-        raw=dict(obj),
+        raw=lean(obj),
         name=str(meta.get("name") or ""),
         namespace=str(meta.get("namespace") or ""),
         uid=str(meta.get("uid") or ""),

@@ -17,7 +17,7 @@ import structlog
 from controller.ledger import LEDGER_NAME, Ledger, ledger_object, parse_ledger
 from controller.nodes import NodeView, node_view
 from controller.requested import RequestIndex
-from controller.runview import RunView, run_view
+from controller.runview import RunView, lean, run_view
 from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import NotFound
 from kubeio.informer import Informer
@@ -40,7 +40,7 @@ def workflow_view(workflow: Obj) -> Obj:
         if node.get("templateName") == "check"
     }
     return {
-        "metadata": workflow["metadata"],
+        "metadata": lean(workflow)["metadata"],
         "spec": {"shutdown": (workflow.get("spec") or {}).get("shutdown")},
         "status": {"phase": status.get("phase"), "finishedAt": status.get("finishedAt"), "nodes": checks},
     }
@@ -84,7 +84,7 @@ class Context:
         self.requested = RequestIndex()
         self.nodes.handlers.append(self.requested.on_node)
         query = {"labelSelector": self.profile_selector} if self.profile_selector else {}
-        self.profiles = Informer(self.kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), lambda o: o, **query)
+        self.profiles = Informer(self.kube, resource_path(keys.API_VERSION, keys.PROFILE_PLURAL), lean, **query)
         self.runs = Informer(self.kube, resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace), run_view)
         self.workflows = Informer(
             self.kube,

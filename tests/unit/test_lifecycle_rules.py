@@ -573,9 +573,11 @@ def test_workflow_view_keeps_only_check_steps_and_their_parameters() -> None:
     full = workflow(check, step("0", template="main"), {"templateName": "cleanup", "phase": "Failed"})
     full["metadata"]["labels"] = {keys.RUN_UID_LABEL: "u"}
     full["spec"]["shutdown"] = "Terminate"
+    kept = copy.deepcopy(full["metadata"])
+    full["metadata"]["managedFields"] = [{"manager": "workflow-controller", "fieldsV1": {"f:status": {}}}]
     view = workflow_view(full)
     assert view == {
-        "metadata": full["metadata"],
+        "metadata": kept,
         "spec": {"shutdown": "Terminate"},
         "status": {
             "phase": "Succeeded",

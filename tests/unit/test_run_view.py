@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.runview import ParticipantRef, WorkflowRef, run_view
+from controller.runview import ParticipantRef, WorkflowRef, lean, run_view
 
 Obj = dict[str, Any]
 
@@ -111,3 +111,16 @@ def test_a_malformed_run_names_its_problem_and_is_still_viewable(path: tuple[str
     assert view.problem is not None
     assert named in view.problem
     assert (view.name, view.uid) == ("r1", "u-1"), "still keyed and identifiable, so the loop can end it"
+
+
+def test_the_kept_object_has_no_managed_fields_and_the_original_is_untouched() -> None:
+    body = full()
+    managed = [{"manager": "signal-controller", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    body["metadata"]["managedFields"] = managed
+    view = run_view(body)
+    assert "managedFields" not in view.raw["metadata"]
+    assert view.raw["metadata"] == {k: v for k, v in body["metadata"].items() if k != "managedFields"}
+    assert view.raw["spec"] is body["spec"]
+    assert body["metadata"]["managedFields"] is managed
+    assert lean({"metadata": None}) == {"metadata": None}
+    assert lean({"kind": "X"}) == {"kind": "X"}
