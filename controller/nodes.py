@@ -107,8 +107,9 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     foreign_cordon = bool(spec.get("unschedulable")) or any(t.get("key") == UNSCHEDULABLE_TAINT_KEY for t in taints)
     return NodeView(
-        name=meta.get("name", ""),
-        uid=meta.get("uid", ""),
+        # Interned: every cached Run that names the Node shares these (controller/runview.py).
+        name=sys.intern(str(meta.get("name", ""))),
+        uid=sys.intern(str(meta.get("uid", ""))),
         resource_version=meta.get("resourceVersion", ""),
         labels=labels,
         ready=ready,

@@ -9,6 +9,7 @@ that is not a time) is recorded in ``problem``, so the loop ends that Run (``Inc
 reason ``MalformedRun``) instead of leaving it out of the cache, where nothing would ever
 look at it again (issue 13)."""
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -146,6 +147,12 @@ def _participants(value: Any, problems: list[str]) -> tuple[ParticipantRef, ...]
         ):
             problems.append("spec.participants needs an integer index, a nodeName and a nodeUID in every entry")
             return ()
+        # Interned, and written back into the kept object: the same Node's name and uid in every
+        # cached Run and in the Node cache are then one string each (10,000 Nodes, 500 Runs of
+        # 64: about 9 KiB less per Run). Equal values: the object reads the same.
+        name, uid = sys.intern(name), sys.intern(uid)
+        if isinstance(entry, dict):
+            entry["nodeName"], entry["nodeUID"] = name, uid
         found.append(ParticipantRef(index, name, uid))
     return tuple(sorted(found, key=lambda p: p.index))
 
