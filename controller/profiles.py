@@ -9,9 +9,11 @@ already reports that shortfall, a pass makes no read at all until its progress w
 
 Status writes that change only progress (``eligibleNodes`` and condition messages, every
 condition's status and reason as they were) are made at most every ``PROGRESS_INTERVAL``
-seconds per profile: while an operator's request for 64 Nodes arrives Node by Node, each
-arrival would otherwise cost one write. The key is requeued for the rest of the interval, so
-the last figure is always written."""
+seconds per profile, and not within ``PROGRESS_INTERVAL`` of its last admission: while an
+operator's request for 64 Nodes arrives Node by Node, each arrival would otherwise cost one
+write, and while groups are being admitted each admission is itself the visible progress (its
+Run, its Event). The key is requeued for the rest of the interval, so the last figure is
+always written; a change of a condition's status or reason is written at once."""
 
 import time
 from collections.abc import Mapping
@@ -72,9 +74,16 @@ def short_and_reported(status: Mapping[str, Any], candidates: int, count: int) -
     )
 
 
+def progress_wait(last_write: float | None, last_admission: float | None, now: float) -> float:
+    """Seconds until a progress-only status write of a profile may be made: ``PROGRESS_INTERVAL``
+    after its last status write and after its last admission (monotonic times; None: none
+    yet). Zero or less: now. Pure."""
+    times = [t for t in (last_write, last_admission) if t is not None]
+    return max(times) + PROGRESS_INTERVAL - now if times else 0.0
+
+
 def _progress_wait(ctx: Context, name: str) -> float:
-    last = ctx.profile_status_written.get(name)
-    return 0.0 if last is None else last + PROGRESS_INTERVAL - time.monotonic()
+    return progress_wait(ctx.profile_status_written.get(name), ctx.profile_admitted.get(name), time.monotonic())
 
 
 async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | None:
@@ -119,6 +128,7 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
                 log.warning("admission aborted", profile=name, reason=str(exc))
             else:
                 ctx.profile_status_owed.add(name)
+                ctx.profile_admitted[name] = time.monotonic()
                 # A group admitted: look again at once (another may be waiting) and write the
                 # status there, of what is left; written now, it would say Admissible of Nodes
                 # this admission just took, and the next pass would turn it back.

@@ -75,6 +75,9 @@ class Context:
     profile_status_written: dict[str, float] = field(default_factory=dict)
     """Profile name -> monotonic time of this controller's last status write of it
     (controller/profiles.py: progress-only changes are written at most every few seconds)."""
+    profile_admitted: dict[str, float] = field(default_factory=dict)
+    """Profile name -> monotonic time of this controller's last admission for it (progress-only
+    status writes wait after it too: controller/profiles.py)."""
     profile_status_owed: set[str] = field(default_factory=set)
     """Profiles that admitted a group since their status was last decided: their next pass
     writes the status of what is left (controller/profiles.py)."""

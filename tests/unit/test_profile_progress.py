@@ -1,11 +1,12 @@
 """controller/profiles.py ``progress_only``: which profile status changes may wait (only the
-progress figures moved) and which are written at once. Pure."""
+progress figures moved) and which are written at once; ``short_and_reported``: when a pass may
+skip its reads; ``progress_wait``: how long a progress write waits. Pure."""
 
 from typing import Any
 
 import pytest
 
-from controller.profiles import progress_only, short_and_reported
+from controller.profiles import PROGRESS_INTERVAL, progress_only, progress_wait, short_and_reported
 
 Obj = dict[str, Any]
 
@@ -70,3 +71,20 @@ def test_a_pass_is_held_without_reads_only_when_it_could_change_progress_alone(
     old: Obj, candidates: int, expected: bool
 ) -> None:
     assert short_and_reported(old, candidates, 64) is expected
+
+
+@pytest.mark.parametrize(
+    ("last_write", "last_admission", "now", "expected"),
+    [
+        pytest.param(None, None, 100.0, 0.0, id="never written, never admitted: at once"),
+        pytest.param(99.0, None, 100.0, PROGRESS_INTERVAL - 1.0, id="written a second ago"),
+        pytest.param(90.0, None, 100.0, PROGRESS_INTERVAL - 10.0, id="written long ago: due"),
+        pytest.param(None, 99.5, 100.0, PROGRESS_INTERVAL - 0.5, id="admitted half a second ago"),
+        pytest.param(90.0, 99.5, 100.0, PROGRESS_INTERVAL - 0.5, id="admitting still: the later time counts"),
+        pytest.param(99.5, 90.0, 100.0, PROGRESS_INTERVAL - 0.5, id="written after the last admission"),
+    ],
+)
+def test_progress_waits_after_the_last_write_and_the_last_admission(
+    last_write: float | None, last_admission: float | None, now: float, expected: float
+) -> None:
+    assert progress_wait(last_write, last_admission, now) == pytest.approx(expected)
