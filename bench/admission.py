@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.admission_report import Figures, goals, report
 from bench.floors import RequestLog, api_write_floor, rss_mib, writes
 from bench.history import add_history, cold_start
+from bench.polling import runs_of, wait_for
 from bench.window_floor import request_window_floor, write_kinds
 from controller.nodes import node_view
 from controller.requested import RequestIndex
@@ -53,7 +54,6 @@ from shared import keys
 from shared.profile import CertificationProfile
 from tests.controller_support import ControllerProcess, World, profile_body
 
-POLL = 0.02
 REQUESTER_CONCURRENCY = 64
 """Request label PATCHes the bench's requester has in flight at once: a whole group of 64 at
 once; 100 groups (6,400 PATCHes) left unbounded stall the requester's own HTTP pool."""
@@ -62,15 +62,6 @@ once; 100 groups (6,400 PATCHes) left unbounded stall the requester's own HTTP p
 def spread(names: list[str], count: int, offset: int = 0) -> list[str]:
     step = max(1, len(names) // count)
     return [names[(offset + i * step) % len(names)] for i in range(count)]
-
-
-async def wait_for(what: str, probe, timeout: float = 300.0) -> float:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(POLL)
-    return time.time()
 
 
 async def request_all(world: World, profile: str, names: list[str]) -> None:
@@ -82,11 +73,6 @@ async def request_all(world: World, profile: str, names: list[str]) -> None:
             await world.request(profile, [name])
 
     await asyncio.gather(*(one(n) for n in names))
-
-
-async def runs_of(admin, namespace: str, profile: str) -> list[Obj]:  # type: ignore[no-untyped-def]
-    items = (await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)))["items"]
-    return [r for r in items if r["spec"]["profile"]["name"] == profile]
 
 
 def running_cut(requests: list, since: float, count: int = 1) -> float | None:  # type: ignore[type-arg]

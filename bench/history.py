@@ -13,10 +13,10 @@ decision and the check's evidence for 64 participants), written as the controlle
 import asyncio
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.floors import rss_mib
+from bench.polling import runs_of, wait_for
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj, resource_path
@@ -110,23 +110,27 @@ async def cold_start(
     workdir.mkdir(exist_ok=True)
     listed = (await admin.get(resource_path("v1", "configmaps", namespace)))["items"]
     config_maps = sum(1 for cm in listed if cm["metadata"]["name"].endswith("-evidence"))
-    before = {r["metadata"]["name"] for r in await _runs(admin, namespace, profile)}
+    before = {r["metadata"]["name"] for r in await runs_of(admin, namespace, profile)}
     controller = ControllerProcess(cluster, namespace, workdir, resync=300, workflow_instance_id="bench-held")
     controller.policies = False  # installed by the first controller of the namespace
     began = time.time()
     await controller.start()
     try:
         await asyncio.gather(*(world.request(profile, [n]) for n in names))
-        synced_at = await _until(lambda: _true("caches synced" in controller.logs()))
+
+        async def synced() -> bool:
+            return "caches synced" in controller.logs()
+
+        synced_at = await wait_for("the controller's caches", synced)
         assert controller.process is not None
         pid = controller.process.pid
         rss_synced = rss_mib(pid)
 
         async def admitted() -> bool:
-            fresh = [r for r in await _runs(admin, namespace, profile) if r["metadata"]["name"] not in before]
+            fresh = [r for r in await runs_of(admin, namespace, profile) if r["metadata"]["name"] not in before]
             return any((r.get("status") or {}).get("phase") == "Running" for r in fresh)
 
-        admitted_at = await _until(admitted)
+        admitted_at = await wait_for("the first admission Running", admitted)
         return ColdStart(
             runs=runs + 1,
             live=live + 1,
@@ -138,24 +142,3 @@ async def cold_start(
         )
     finally:
         controller.stop()
-
-
-async def _true(value: bool) -> bool:
-    return value
-
-
-async def _runs(admin: KubeClient, namespace: str, profile: str) -> list[Obj]:
-    selector = f"{keys.PROFILE_LABEL}={profile}"
-    answer = await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace), labelSelector=selector)
-    items: list[Obj] = answer["items"]
-    return items
-
-
-async def _until(probe, timeout: float = 300.0) -> float:  # type: ignore[no-untyped-def]
-    """Poll ``probe`` (an awaitable factory) until true; the time.time() it first was."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if await probe():
-            return time.time()
-        await asyncio.sleep(0.02)
-    raise SystemExit(f"timed out after {timeout:.0f}s waiting in the cold-start measurement ({datetime.now(UTC)})")
