@@ -149,6 +149,16 @@ class Index:
             }
             for check_type, per_node in newest.items()
         }
+        # The fleet view of every workspace (a fleet operator's, and the dashboard's usual
+        # one), worst first, computed with the snapshot: its first answer is then a slice.
+        self._everything: dict[str, tuple[dict[str, int], list[Entry]]] = {}
+        for check_type, per_node in self._newest.items():
+            newest_each = [candidates[0] for candidates in per_node.values()]
+            counts = _no_counts()
+            for entry in newest_each:
+                counts[entry.state] += 1
+            newest_each.sort(key=_fleet_rank)
+            self._everything[check_type] = (counts, newest_each)
         self._fleets: dict[tuple[frozenset[str], bool, bool, int], bytes] = {}
 
     def __len__(self) -> int:
@@ -249,22 +259,15 @@ class Index:
         items = []
         shown: set[str] = set()
         for check in self.visible_checks(sight):
-            per_node: list[Entry] = []
-            for candidates in self._newest.get(check["id"], {}).values():
-                if everything:
-                    per_node.append(candidates[0])
-                    continue
-                chosen = next((e for e in candidates if e.key[0] in seen), None)
-                if chosen is not None:
-                    per_node.append(chosen)
-            counts = {state.value: 0 for state in State}
-            for entry in per_node:
-                counts[entry.state] += 1
-            worst = heapq.nsmallest(rows, per_node, key=lambda e: (FLEET_ORDER[e.state], e.key[1]))
+            if everything:
+                counts, ordered = self._everything.get(check["id"], (_no_counts(), []))
+                nodes, worst = len(ordered), ordered[:rows]
+            else:
+                nodes, counts, worst = self._fleet_of(check["id"], seen, rows)
             shown.update(e.key[1] for e in worst)
             totals = self._totals.get(check["id"], {})
             results = sum(n for w, n in totals.items() if w in seen)
-            head = {"check": check, "nodes": len(per_node), "results": results, "counts": counts}
+            head = {"check": check, "nodes": nodes, "results": results, "counts": counts}
             items.append(json.dumps(head).encode()[:-1] + b',"rows":' + render_page(worst) + b"}")
         health = {name: self.health(name, sight) for name in sorted(shown)} if sight.nodes else {}
         nodes = json.dumps({k: v for k, v in health.items() if v is not None}).encode()
@@ -273,6 +276,19 @@ class Index:
             self._fleets.clear()
         self._fleets[cache_key] = body
         return body
+
+    def _fleet_of(self, check_type: str, seen: frozenset[str], rows: int) -> tuple[int, dict[str, int], list[Entry]]:
+        """One check's fleet for some of the workspaces: per Node its newest result in them;
+        how many Nodes, their counts by state and the first ``rows``, worst first."""
+        per_node: list[Entry] = []
+        for candidates in self._newest.get(check_type, {}).values():
+            chosen = next((e for e in candidates if e.key[0] in seen), None)
+            if chosen is not None:
+                per_node.append(chosen)
+        counts = _no_counts()
+        for entry in per_node:
+            counts[entry.state] += 1
+        return len(per_node), counts, heapq.nsmallest(rows, per_node, key=_fleet_rank)
 
     def visible_checks(self, sight: Sight) -> list[dict[str, Any]]:
         """Check types with visible results; and, to a caller who may list profiles, every
@@ -293,6 +309,15 @@ class Index:
                         "registered": False,
                     }
         return [rows[k] for k in sorted(rows)]
+
+
+def _fleet_rank(entry: Entry) -> tuple[int, str]:
+    """The fleet view's order: worst state first, then by Node name."""
+    return FLEET_ORDER[entry.state], entry.key[1]
+
+
+def _no_counts() -> dict[str, int]:
+    return {state.value: 0 for state in State}
 
 
 def _newer(entry: Entry, than: Entry) -> bool:

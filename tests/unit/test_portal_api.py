@@ -330,6 +330,34 @@ def test_fleet_counts_the_newest_visible_result_per_node_worst_first() -> None:
     assert index.fleet(_sight("a"), rows=2) is index.fleet(_sight("a"), rows=2), "cached"
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_the_precomputed_fleet_of_every_workspace_is_the_fleet_of_them_all(seed: int) -> None:
+    """The fleet of every workspace comes from the snapshot (worst first, computed once); it
+    must be exactly the one computed, per request, for a sight of some workspaces that happens
+    to hold them all: the same Nodes, counts and rows, and row order."""
+    rng = random.Random(seed)
+    states = [s.value for s in State]
+    entries = [
+        _entry(
+            rng.choice("abc"),
+            f"n{rng.randrange(40):02d}",
+            rng.choice(["c1", "c2", "c3"]),
+            f"r{i}",
+            rng.choice(states),
+            f"2026-11-{rng.randrange(1, 29):02d}T00:00:00+00:00",
+        )
+        for i in range(rng.randrange(1, 300))
+    ]
+    index = Index(entries)
+    rows = rng.choice([1, 5, 200])
+    everyone = {item["check"]["id"]: item for item in _fleet(index, EVERYTHING, rows)}
+    assert set(everyone) == {e.check_type for e in entries}
+    for check_type, item in everyone.items():
+        nodes, counts, worst = index._fleet_of(check_type, index.workspaces, rows)
+        assert (item["nodes"], item["counts"]) == (nodes, counts)
+        assert [r["id"] for r in item["rows"]] == [json.loads(e.summary)["id"] for e in worst]
+
+
 def _fleet(index: Index, sight: Sight, rows: int) -> list[Obj]:
     items: list[Obj] = json.loads(b"{" + index.fleet(sight, rows) + b"}")["items"]
     return items
