@@ -29,7 +29,7 @@ import structlog
 from adapter.check import Interrupted, Settings, clean_up, run_check
 from adapter.inputs import Refusal, parse_inputs
 from adapter.policy import require_policies
-from adapter.workflow_template import OUTPUT_DIR, RUNNER_IMAGE_ENV
+from adapter.step import OUTPUT_DIR, RUNNER_IMAGE_ENV
 from adapter.workloads import DEFAULT_RUNNER_IMAGE, DEFAULT_SSHD
 from kubeio.admission import PolicyNotInForce
 from kubeio.client import Kube

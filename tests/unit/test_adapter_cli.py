@@ -5,6 +5,8 @@ required flag is passed, and the values land where parse_inputs expects them."""
 import argparse
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +190,12 @@ def test_parser_defaults_and_options() -> None:
     assert (args.log_format, args.start_grace_seconds) == ("console", 2.5)
     with pytest.raises(SystemExit):
         adapter_main.parser().parse_args([*base, "--log-format", "xml"])
+
+
+def test_the_adapter_process_does_not_import_hera() -> None:
+    """The adapter starts once per check (every step of every Run): it reads its step's
+    interface from adapter/step.py, never through hera's generated Argo models, whose import
+    cost each step about a second (issue 15 goal 5)."""
+    probe = "import sys, adapter.main; print(sorted({m.split('.')[0] for m in sys.modules} & {'hera'}))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
