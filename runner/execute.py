@@ -15,11 +15,11 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
-from shared.result import MAX_TAIL_CHARS, Output
+from runner.document import Stream
+from shared.result_wire import MAX_TAIL_CHARS
 
 SAFE_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASS_THROUGH_PREFIXES: Final = ("NVIDIA_", "CUDA_", "NCCL_", "UCX_")
@@ -35,8 +35,7 @@ class ScriptError(RuntimeError):
     """The script cannot be started (missing, unreadable, bad interpreter line)."""
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     exit_code: int | None
     signal: int | None
     timed_out: bool
@@ -128,7 +127,7 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def summarise(path: Path, tail_chars: int = MAX_TAIL_CHARS) -> Output:
+def summarise(path: Path, tail_chars: int = MAX_TAIL_CHARS) -> Stream:
     """Full sha256 and size of a captured stream, and its last ``tail_chars`` characters."""
     digest = hashlib.sha256()
     size = 0
@@ -141,4 +140,4 @@ def summarise(path: Path, tail_chars: int = MAX_TAIL_CHARS) -> Output:
                 size += len(block)
                 tail = (tail + block)[-keep:]
     text = tail.decode("utf-8", errors="replace")[-tail_chars:] if tail_chars else ""
-    return Output(digest="sha256:" + digest.hexdigest(), bytes=size, tail=text)
+    return Stream(digest="sha256:" + digest.hexdigest(), bytes=size, tail=text)

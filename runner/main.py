@@ -11,8 +11,12 @@ Roles:
 * ``worker``: MPI worker; serves the launcher (sshd, or waits for deletion).
 
 The script sees a clean environment: PATH, HOME, LANG, ``SIGNAL_*`` identity variables,
-``SIGNAL_MEASUREMENTS_FILE`` (see shared/result.py for the protocol), GPU-runtime
+``SIGNAL_MEASUREMENTS_FILE`` (see shared/result_wire.py for the protocol), GPU-runtime
 variables, and for ranks OpenMPI's own variables.
+
+Every role starts without pydantic (a check starts one runner per participant and per MPI
+rank): the runner imports only the standard library and the stdlib-only modules of shared/
+(tests/unit/test_runner_wire.py fails otherwise).
 """
 
 import argparse
@@ -24,10 +28,11 @@ from pathlib import Path
 
 from runner import mpi
 from runner import sshd as sshd_role
+from runner.document import Identity, Result
 from runner.execute import ScriptError, clean_environment, run_script, script_argv
 from runner.report import build_result, error_result, fit, read_measurements
-from shared.result import ResultError, RunnerIdentity, RunnerResult
-from shared.run import Verdict
+from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, PARTICIPANT_LIMIT, ResultError, is_unicode
+from shared.verdict import Verdict
 
 IDENTITY_ENV = ("SIGNAL_NODE_NAME", "SIGNAL_POD_NAME", "SIGNAL_POD_UID")
 SCRIPT_ENV_KEYS = ("SIGNAL_RUN_NAME", "SIGNAL_RUN_UID", "SIGNAL_CHECK", "SIGNAL_NAMESPACE", *IDENTITY_ENV)
@@ -35,15 +40,23 @@ WORKER_ENV_KEYS = (*SCRIPT_ENV_KEYS, "SIGNAL_SCRIPT")
 """What an MPI worker records for the ranks its sshd's sessions start (runner/sshd.py)."""
 
 
-def _identity(role: str) -> RunnerIdentity:
+def _identity(role: str) -> Identity:
     missing = [k for k in IDENTITY_ENV if not os.environ.get(k)]
     index = os.environ.get("SIGNAL_PARTICIPANT_INDEX")
     if role == "pod" and not index:
         missing.append("SIGNAL_PARTICIPANT_INDEX")
     if missing:
         raise SystemExit(f"signal-runner: identity variables missing: {', '.join(missing)}; the Pod spec is wrong")
-    return RunnerIdentity(
-        participant_index=int(index) if role == "pod" and index else None,
+    # What a result may hold (the adapter refuses anything else): checked here, once.
+    limits = dict(zip(IDENTITY_ENV, (MAX_NAME_CHARS, MAX_NAME_CHARS, MAX_UID_CHARS), strict=True))
+    wrong = [k for k, limit in limits.items() if len(os.environ[k]) > limit or not is_unicode(os.environ[k])]
+    participant = int(index) if role == "pod" and index else None
+    if participant is not None and not 0 <= participant < PARTICIPANT_LIMIT:
+        wrong.append("SIGNAL_PARTICIPANT_INDEX")
+    if wrong:
+        raise SystemExit(f"signal-runner: identity variables out of bounds: {', '.join(wrong)}; the Pod spec is wrong")
+    return Identity(
+        participant_index=participant,
         node_name=os.environ["SIGNAL_NODE_NAME"],
         pod_name=os.environ["SIGNAL_POD_NAME"],
         pod_uid=os.environ["SIGNAL_POD_UID"],
@@ -51,7 +64,7 @@ def _identity(role: str) -> RunnerIdentity:
     )
 
 
-def _write(result: RunnerResult, termination_log: Path) -> int:
+def _write(result: Result, termination_log: Path) -> int:
     payload = fit(result)
     if payload is None:
         print("signal-runner: the result does not fit the termination message; writing none", file=sys.stderr)

@@ -30,22 +30,20 @@ else (missing or duplicate reports, a report on another rank's stream, a wrong w
 mpirun failing on its own, the deadline) is Inconclusive.
 """
 
-import ctypes
 import hashlib
 import hmac
 import json
+import os
 import re
-import secrets
 import signal
-import socket
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from runner import sshd as sshd_role
-from shared.result import INCONCLUSIVE_EXIT_CODE, MAX_RANKS, LauncherReport, RankResult, short_host
-from shared.run import Verdict
+from runner.document import Launcher
+from shared.result_wire import INCONCLUSIVE_EXIT_CODE, MAX_NAME_CHARS, MAX_RANKS, RankResult, short_host
+from shared.verdict import Verdict
 
 RANK_PREFIX: Final = "SIGNAL-RANK "
 MAX_RANK_LINE: Final = 4096
@@ -59,8 +57,7 @@ _MAC_HEX: Final = 64
 _PR_SET_DUMPABLE: Final = 4
 
 
-@dataclass(frozen=True)
-class RankReport:
+class RankReport(NamedTuple):
     """One authenticated report and the rank whose stdout carried it."""
 
     stream_rank: int
@@ -78,6 +75,8 @@ def read_hostfile(text: str) -> list[str]:
 
 
 def new_report_key() -> str:
+    import secrets  # noqa: PLC0415 - the launcher's alone; every rank and Pod starts without it
+
     return secrets.token_hex(32)
 
 
@@ -126,6 +125,8 @@ def make_undumpable() -> None:
     """Make this process non-dumpable, so that a script running as the same user can read
     neither ``/proc/<wrapper>/environ`` (which keeps the environment the process started with)
     nor its memory."""
+    import ctypes  # noqa: PLC0415 - the rank role's alone; every other role starts without it
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -228,13 +229,13 @@ def rank_identity(env: dict[str, str]) -> tuple[int, int, str]:
     """(rank, world size, host) of this process as OpenMPI started it."""
     rank = int(env["OMPI_COMM_WORLD_RANK"])
     size = int(env["OMPI_COMM_WORLD_SIZE"])
-    host = env.get("HOSTNAME") or socket.gethostname()
+    host = env.get("HOSTNAME") or os.uname().nodename  # gethostname(), without importing socket
     return rank, size, host
 
 
 def evaluate_launcher(
     hosts: list[str], reports: Iterable[RankReport], mpirun_exit: int | None, timed_out: bool, slots: int = 1
-) -> tuple[Verdict, str, LauncherReport]:
+) -> tuple[Verdict, str, Launcher]:
     """The launcher's verdict from the hostfile, the authenticated rank reports and mpirun's exit."""
     ranks: dict[int, RankResult] = {}
     problems: list[str] = []
@@ -247,8 +248,8 @@ def evaluate_launcher(
             rank, size, host, code = body["rank"], body["size"], body["host"], body["exitCode"]
             if not (type(rank) is int and type(size) is int and type(code) is int and isinstance(host, str)):
                 raise TypeError("wrong types")
-            if not 0 <= rank < MAX_RANKS:
-                raise TypeError("rank out of range")
+            if not (0 <= rank < MAX_RANKS and 0 <= size <= MAX_RANKS):
+                raise TypeError("rank or world size out of range")
         except (KeyError, TypeError):
             problems.append("a malformed rank report")
             continue
@@ -259,10 +260,14 @@ def evaluate_launcher(
             problems.append(f"rank {rank} reported twice")
             continue
         sizes.add(size)
-        ranks[rank] = RankResult(rank=rank, host=short_host(host)[:253], exit_code=code)
+        ranks[rank] = RankResult(rank=rank, host=short_host(host)[:MAX_NAME_CHARS], exit_code=code)
     world = next(iter(sizes)) if len(sizes) == 1 else 0
-    report = LauncherReport.build(
-        hosts[:MAX_RANKS], [ranks[r] for r in sorted(ranks)], world_size=world, mpirun_exit_code=mpirun_exit
+    # The report's bounds: at most MAX_RANKS hosts, each name cut like the ranks' host names.
+    report = Launcher.build(
+        [short_host(h)[:MAX_NAME_CHARS] for h in hosts[:MAX_RANKS]],
+        [ranks[r] for r in sorted(ranks)],
+        world_size=world,
+        mpirun_exit_code=mpirun_exit,
     )
     failed = sorted(r.rank for r in ranks.values() if r.exit_code not in (0, INCONCLUSIVE_EXIT_CODE))
     insufficient = sorted(r.rank for r in ranks.values() if r.exit_code == INCONCLUSIVE_EXIT_CODE)

@@ -1,5 +1,5 @@
-"""Turning what happened into one bounded RunnerResult. Pure apart from reading the
-measurements file and captured output.
+"""Turning what happened into one bounded result (runner/document.py; a RunnerResult on the
+wire). Pure apart from reading the measurements file and captured output.
 
 Verdict rules (fail closed): exit 0 is Pass, exit ``INCONCLUSIVE_EXIT_CODE`` (3: "my evidence is
 insufficient") is Inconclusive, any other non-zero exit is Fail; a deadline, a signal, a runner
@@ -12,27 +12,25 @@ adapter sees no result (Inconclusive).
 from datetime import UTC, datetime
 from pathlib import Path
 
+from runner.document import Identity, Launcher, Result, Stream, render
 from runner.execute import Outcome, summarise
-from shared.meta import to_millisecond
-from shared.result import (
+from shared.result_wire import (
     INCONCLUSIVE_EXIT_CODE,
+    MAX_REASON_CHARS,
     MAX_RESULT_BYTES,
     MAX_TAIL_CHARS,
-    LauncherReport,
-    Measurements,
+    MeasurementMap,
     ResultError,
-    RunnerIdentity,
-    RunnerResult,
-    render_result,
     strict_json,
     validate_measurements,
 )
-from shared.run import Verdict
+from shared.timestamps import to_millisecond
+from shared.verdict import Verdict
 
 MEASUREMENTS_FILE_LIMIT = 16 * 1024
 
 
-def read_measurements(path: Path) -> Measurements:
+def read_measurements(path: Path) -> MeasurementMap:
     """The script's measurements (empty when it wrote none); raise ResultError if invalid."""
     if not path.exists():
         return {}
@@ -63,24 +61,24 @@ def _stamp(seconds: float) -> datetime:
 
 
 def build_result(
-    identity: RunnerIdentity,
+    identity: Identity,
     outcome: Outcome,
     *,
     measurements_file: Path,
     stdout_file: Path,
     stderr_file: Path,
-    launcher: LauncherReport | None = None,
+    launcher: Launcher | None = None,
     verdict: tuple[Verdict, str] | None = None,
-) -> RunnerResult:
+) -> Result:
     chosen, reason = verdict or verdict_of(outcome)
     try:
         measurements = read_measurements(measurements_file)
     except ResultError as exc:
         measurements = {}
-        chosen, reason = Verdict.INCONCLUSIVE, f"InvalidMeasurements: {exc}"[:256]
-    return RunnerResult(
+        chosen, reason = Verdict.INCONCLUSIVE, f"InvalidMeasurements: {exc}"[:MAX_REASON_CHARS]
+    return Result(
         verdict=chosen,
-        reason=reason[:256],
+        reason=reason[:MAX_REASON_CHARS],
         identity=identity,
         exit_code=outcome.exit_code,
         signal=outcome.signal,
@@ -93,40 +91,41 @@ def build_result(
     )
 
 
-def error_result(identity: RunnerIdentity, reason: str, started: float, finished: float) -> RunnerResult:
-    return RunnerResult(
+def error_result(identity: Identity, reason: str, started: float, finished: float) -> Result:
+    return Result(
         verdict=Verdict.INCONCLUSIVE,
-        reason=f"RunnerError: {reason}"[:256],
+        reason=f"RunnerError: {reason}"[:MAX_REASON_CHARS],
         identity=identity,
+        measurements={},
         started_at=_stamp(started),
         finished_at=_stamp(finished),
     )
 
 
-def fit(result: RunnerResult) -> bytes | None:
+def fit(result: Result) -> bytes | None:
     """Canonical JSON of ``result`` within MAX_RESULT_BYTES, shrinking tails then dropping
     measurements; None if it cannot fit."""
     candidate = result
     tail = MAX_TAIL_CHARS
     while True:
-        payload = render_result(candidate)
+        payload = render(candidate)
         if len(payload) <= MAX_RESULT_BYTES:
             return payload
         if tail > 0:
             tail //= 4
-            update = {}
-            for stream in ("stdout", "stderr"):
-                output = getattr(result, stream)
-                if output is not None:
-                    update[stream] = output.model_copy(update={"tail": output.tail[-tail:] if tail else ""})
-            candidate = candidate.model_copy(update=update)
+            candidate = candidate._replace(stdout=_cut(result.stdout, tail), stderr=_cut(result.stderr, tail))
         elif candidate.measurements:
-            candidate = candidate.model_copy(
-                update={
-                    "measurements": {},
-                    "verdict": Verdict.INCONCLUSIVE if candidate.verdict == Verdict.PASS else candidate.verdict,
-                    "reason": "ResultTooLarge: measurements dropped to fit the termination message",
-                }
+            candidate = candidate._replace(
+                measurements={},
+                verdict=Verdict.INCONCLUSIVE if candidate.verdict == Verdict.PASS else candidate.verdict,
+                reason="ResultTooLarge: measurements dropped to fit the termination message",
             )
         else:
             return None
+
+
+def _cut(stream: Stream | None, tail: int) -> Stream | None:
+    """``stream`` keeping the last ``tail`` characters of its tail (none for 0)."""
+    if stream is None:
+        return None
+    return stream._replace(tail=stream.tail[-tail:] if tail else "")

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from shared.timestamps import to_millisecond as to_millisecond  # noqa: PLC0414 - re-exported; stdlib-only home
+
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 CONFIGMAP_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
@@ -23,12 +25,6 @@ QUANTITY_PATTERN = (
 RESOURCE_NAME_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-
-
-def to_millisecond(moment: datetime) -> datetime:
-    """``moment`` to the millisecond: the resolution of the times in Signal's evidence (whole
-    seconds hid where a check's overhead goes)."""
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]

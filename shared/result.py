@@ -6,58 +6,80 @@ parses it with ``parse_result``, which refuses anything that is not exactly one 
 document: bad UTF-8, bad JSON, duplicate keys, unknown fields, an unsupported schema, or
 too many bytes. Pure; no I/O.
 
-Measurements protocol (documented for script authors): a script may write one JSON object
-to the file named by ``$SIGNAL_MEASUREMENTS_FILE``: at most ``MAX_MEASUREMENTS`` entries,
-names matching ``MEASUREMENT_NAME_PATTERN``, values numbers, booleans or strings of at
-most ``MAX_MEASUREMENT_TEXT`` characters. A file that breaks these rules makes the result
-Inconclusive (never Pass).
-
-Exit-code protocol (documented for script authors): 0 is Pass; ``INCONCLUSIVE_EXIT_CODE`` (3)
-says "my evidence is insufficient" and makes the result Inconclusive (retried like any other
-Inconclusive, shown as Unknown); any other non-zero exit is Fail, which is reserved for a
-proven fault.
+The limits, the strict JSON parser, the measurements and exit-code protocols (documented
+for script authors) and the launcher report's host layout are in ``shared.result_wire``,
+which needs no pydantic: the runner builds the same document from it with the standard
+library alone (runner/document.py), and imports nothing of this module.
 """
 
-import json
-import math
-import os
-import re
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
 from shared.digests import canonical_json
 from shared.meta import Digest, StrictModel
-from shared.run import Verdict
+from shared.result_wire import (
+    INCONCLUSIVE_EXIT_CODE,
+    MAX_MEASUREMENT_TEXT,
+    MAX_MEASUREMENTS,
+    MAX_NAME_CHARS,
+    MAX_RANKS,
+    MAX_REASON_CHARS,
+    MAX_RESULT_BYTES,
+    MAX_TAIL_CHARS,
+    MAX_UID_CHARS,
+    MEASUREMENT_NAME_PATTERN,
+    PARTICIPANT_LIMIT,
+    RESULT_SCHEMA,
+    RankResult,
+    RankRow,
+    ResultError,
+    host_layout,
+    layout_hosts,
+    layout_ranks,
+    short_host,
+    strict_json,
+    validate_measurements,
+)
+from shared.verdict import Verdict
 
-RESULT_SCHEMA: Final = "projectsignal.dev/runner-result/v1"
-INCONCLUSIVE_EXIT_CODE: Final = 3
-"""A script's (or an MPI rank's) exit code for "my evidence is insufficient": Inconclusive."""
-MAX_RESULT_BYTES: Final = 4096
-MAX_MEASUREMENTS: Final = 16
-MAX_MEASUREMENT_TEXT: Final = 128
-MEASUREMENT_NAME_PATTERN: Final = r"^[a-z][a-z0-9_.-]{0,62}$"
-MAX_TAIL_CHARS: Final = 1024
-MAX_RANKS: Final = 64
+__all__ = [
+    "INCONCLUSIVE_EXIT_CODE",
+    "MAX_MEASUREMENTS",
+    "MAX_MEASUREMENT_TEXT",
+    "MAX_RANKS",
+    "MAX_RESULT_BYTES",
+    "MAX_TAIL_CHARS",
+    "MEASUREMENT_NAME_PATTERN",
+    "RESULT_SCHEMA",
+    "LauncherReport",
+    "MeasurementValue",
+    "Measurements",
+    "Output",
+    "RankResult",
+    "ResultError",
+    "RunnerIdentity",
+    "RunnerResult",
+    "parse_result",
+    "render_result",
+    "short_host",
+    "strict_json",
+    "validate_measurements",
+]
 
 MeasurementValue = bool | int | float | Annotated[str, Field(max_length=MAX_MEASUREMENT_TEXT)]
 Measurements = dict[str, MeasurementValue]
 
 
-class ResultError(ValueError):
-    """A termination message or measurements file is not a valid runner document."""
-
-
 class RunnerIdentity(StrictModel):
     """Who the runner ran as, from the downward API and its arguments."""
 
-    participant_index: Annotated[int, Field(ge=0, lt=64)] | None = None
+    participant_index: Annotated[int, Field(ge=0, lt=PARTICIPANT_LIMIT)] | None = None
     """The participant this Pod serves; None for an MPI launcher."""
-    node_name: Annotated[str, Field(max_length=253)]
-    pod_name: Annotated[str, Field(max_length=253)]
-    pod_uid: Annotated[str, Field(max_length=64)]
+    node_name: Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+    pod_name: Annotated[str, Field(max_length=MAX_NAME_CHARS)]
+    pod_uid: Annotated[str, Field(max_length=MAX_UID_CHARS)]
     role: Literal["pod", "launcher"] = "pod"
 
 
@@ -69,19 +91,6 @@ class Output(StrictModel):
     tail: Annotated[str, Field(max_length=MAX_TAIL_CHARS)] = ""
 
 
-@dataclass(frozen=True)
-class RankResult:
-    """One MPI rank as the launcher saw it (``host``: short host name, first DNS label)."""
-
-    rank: int
-    host: str
-    exit_code: int
-
-
-def short_host(name: str) -> str:
-    return name.split(".", 1)[0]
-
-
 class LauncherReport(StrictModel):
     """What the MPI launcher proves about the ranks it started, compact enough for 64 ranks
     in a termination message: short host names in hostfile order, stored as a common prefix
@@ -89,33 +98,28 @@ class LauncherReport(StrictModel):
     (host index -1: a host not in the hostfile)."""
 
     world_size: Annotated[int, Field(ge=0, le=MAX_RANKS)]
-    host_prefix: Annotated[str, Field(max_length=253)] = ""
-    host_suffixes: Annotated[list[Annotated[str, Field(max_length=253)]], Field(max_length=MAX_RANKS)]
-    rank_table: Annotated[list[tuple[int, int, int]], Field(max_length=MAX_RANKS)]
+    host_prefix: Annotated[str, Field(max_length=MAX_NAME_CHARS)] = ""
+    host_suffixes: Annotated[list[Annotated[str, Field(max_length=MAX_NAME_CHARS)]], Field(max_length=MAX_RANKS)]
+    rank_table: Annotated[list[RankRow], Field(max_length=MAX_RANKS)]
     mpirun_exit_code: int | None = None
 
     @property
     def hosts(self) -> list[str]:
-        return [self.host_prefix + s for s in self.host_suffixes]
+        return layout_hosts(self.host_prefix, self.host_suffixes)
 
     @property
     def ranks(self) -> list[RankResult]:
-        hosts = self.hosts
-        return [RankResult(r, hosts[i] if 0 <= i < len(hosts) else "", code) for r, i, code in self.rank_table]
+        return layout_ranks(self.hosts, self.rank_table)
 
     @classmethod
     def build(
         cls, hosts: list[str], ranks: list[RankResult], *, world_size: int, mpirun_exit_code: int | None
     ) -> "LauncherReport":
-        names = [short_host(h) for h in hosts]
-        prefix = os.path.commonprefix(names) if len(names) > 1 else ""  # noqa: RUF071 - characters intended
-        table = [
-            (r.rank, names.index(short_host(r.host)) if short_host(r.host) in names else -1, r.exit_code) for r in ranks
-        ]
+        prefix, suffixes, table = host_layout(hosts, ranks)
         return cls(
             world_size=world_size,
             host_prefix=prefix,
-            host_suffixes=[n[len(prefix) :] for n in names],
+            host_suffixes=suffixes,
             rank_table=table,
             mpirun_exit_code=mpirun_exit_code,
         )
@@ -126,7 +130,7 @@ class RunnerResult(StrictModel):
 
     schema_: Annotated[Literal["projectsignal.dev/runner-result/v1"], Field(alias="schema")] = RESULT_SCHEMA
     verdict: Verdict
-    reason: Annotated[str, Field(max_length=256)]
+    reason: Annotated[str, Field(max_length=MAX_REASON_CHARS)]
     identity: RunnerIdentity
     exit_code: int | None = None
     signal: int | None = None
@@ -141,51 +145,6 @@ class RunnerResult(StrictModel):
     @classmethod
     def _names(cls, value: Measurements) -> Measurements:
         return validate_measurements(value)
-
-
-def validate_measurements(value: Any) -> Measurements:
-    """Check a measurements object against the documented protocol; raise ResultError."""
-    if not isinstance(value, dict):
-        raise ResultError("measurements must be a JSON object")
-    if len(value) > MAX_MEASUREMENTS:
-        raise ResultError(f"at most {MAX_MEASUREMENTS} measurements are allowed, got {len(value)}")
-    for name, item in value.items():
-        if not isinstance(name, str) or not re.fullmatch(MEASUREMENT_NAME_PATTERN, name):
-            raise ResultError(f"measurement name {name!r} must match {MEASUREMENT_NAME_PATTERN}")
-        if isinstance(item, float) and not math.isfinite(item):
-            raise ResultError(f"measurement {name!r} is not a finite number")
-        if isinstance(item, str) and len(item) > MAX_MEASUREMENT_TEXT:
-            raise ResultError(f"measurement {name!r} is longer than {MAX_MEASUREMENT_TEXT} characters")
-        if not isinstance(item, bool | int | float | str):
-            raise ResultError(f"measurement {name!r} must be a number, a boolean or a string")
-    return value
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ResultError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def strict_json(payload: bytes, limit: int) -> Any:
-    """Parse exactly one JSON value of at most ``limit`` bytes, refusing duplicate keys,
-    NaN/Infinity and trailing data; raise ResultError."""
-    if len(payload) > limit:
-        raise ResultError(f"{len(payload)} bytes exceeds the limit of {limit}")
-    try:
-        text = payload.decode("utf-8")
-        return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
-    except UnicodeDecodeError as exc:
-        raise ResultError(f"not UTF-8: {exc}") from exc
-    except json.JSONDecodeError as exc:
-        raise ResultError(f"not a single JSON document: {exc.msg} at position {exc.pos}") from exc
-
-
-def _reject_constant(name: str) -> Any:
-    raise ResultError(f"non-standard JSON constant {name}")
 
 
 def parse_result(message: str | bytes) -> RunnerResult:

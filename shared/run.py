@@ -24,6 +24,7 @@ from shared.meta import (
     WireModel,
 )
 from shared.profile import MAX_PARTICIPANTS, Checks
+from shared.verdict import Verdict as Verdict  # noqa: PLC0414 - re-exported; stdlib-only home
 
 _IMMUTABLE = {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "is immutable"}]}
 
@@ -41,14 +42,6 @@ class Phase(StrEnum):
 
 
 TERMINAL_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.INCONCLUSIVE, Phase.CANCELED})
-
-
-class Verdict(StrEnum):
-    """Outcome of one check or one participant."""
-
-    PASS = "Pass"
-    FAIL = "Fail"
-    INCONCLUSIVE = "Inconclusive"
 
 
 class ProfileRef(WireModel):

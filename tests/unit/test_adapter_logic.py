@@ -18,6 +18,7 @@ from shared.evidence import ParticipantResult
 from shared.meta import DNS_LABEL_PATTERN
 from shared.result import LauncherReport
 from shared.run import Verdict
+from tests.unit.runner_builders import launcher_model
 from tests.unit.signal_builders import (
     NAMESPACE,
     RUN_NAME,
@@ -842,7 +843,10 @@ def launcher_report(codes: list[int], hosts: list[str] | None = None) -> tuple[V
     lines = [
         f"[1,{i}]<stdout>:" + mpi.rank_line(i, size, f"{JOB}-worker-{i}", code, key=key) for i, code in enumerate(codes)
     ]
-    return mpi.evaluate_launcher(hosts, mpi.reports_in(lines, key), 0 if not any(codes) else 1, False)
+    verdict, reason, report = mpi.evaluate_launcher(
+        hosts, mpi.reports_in(lines, key), 0 if not any(codes) else 1, False
+    )
+    return verdict, reason, launcher_model(report)
 
 
 def launcher_pod(
@@ -931,9 +935,11 @@ def test_collect_mpi_launcher_inconclusive_makes_passing_ranks_inconclusive() ->
     hosts = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
     key = "k" * 64
     lines = [f"[1,{i}]<stdout>:" + mpi.rank_line(i, 2, hosts[i], 0, key=key) for i in range(2)]
-    report = mpi.evaluate_launcher(hosts, mpi.reports_in(lines, key), 1, False)
-    assert report[0] == INCONCLUSIVE
-    results, _, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [launcher_pod(report=report)])
+    verdict, reason, report = mpi.evaluate_launcher(hosts, mpi.reports_in(lines, key), 1, False)
+    assert verdict == INCONCLUSIVE
+    results, _, _ = collect_mpi(
+        PARTICIPANTS, [worker(0), worker(1)], [launcher_pod(report=(verdict, reason, launcher_model(report)))]
+    )
     assert verdicts(results) == [(0, INCONCLUSIVE, "Launcher"), (1, INCONCLUSIVE, "Launcher")]
     assert "LauncherFailed" in results[0].reason
 

@@ -21,6 +21,7 @@ import pytest
 
 from adapter.collect import collect_mpi
 from runner import mpi
+from runner.document import Identity
 from runner.execute import Outcome
 from runner.report import build_result, fit
 from shared.classify import classify
@@ -28,7 +29,6 @@ from shared.digests import canonical_json, sha256_digest
 from shared.envelope import State, ValidationResult, Verification, derive, read_run_evidence
 from shared.evidence import CheckEvidence, CheckIdentity, CheckResults, Cleanup, RunIdentity, Workload, check_verdict
 from shared.evidence import to_document as dump
-from shared.result import RunnerIdentity
 from shared.run import Participant, Verdict
 from tests import evidence_builders as eb
 from tests.unit.test_envelope_builders import NOW, accepted, make_run, stamp
@@ -97,7 +97,7 @@ def mpi_evidence(
         stderr.write_text("")
         start = (finished - timedelta(minutes=4)).timestamp()
         result = build_result(
-            RunnerIdentity(
+            Identity(
                 node_name=participants[0].node_name,
                 pod_name=f"{JOB}-launcher-x7k2p",
                 pod_uid="launcher-uid",

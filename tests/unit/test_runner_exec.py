@@ -518,6 +518,41 @@ def test_run_role_empty_identity_counts_as_missing(tmp_path: Path, monkeypatch: 
         run_role(tmp_path, "#!/bin/sh\nexit 0\n")
 
 
+@pytest.mark.usefixtures("runner_env")
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("SIGNAL_NODE_NAME", "n" * 254),
+        ("SIGNAL_POD_NAME", "p" * 254),
+        ("SIGNAL_POD_UID", "u" * 65),
+        ("SIGNAL_POD_NAME", "pod-\udcff"),  # an undecodable byte in the environment
+        ("SIGNAL_PARTICIPANT_INDEX", "64"),
+        ("SIGNAL_PARTICIPANT_INDEX", "-1"),
+    ],
+    ids=["long-node", "long-pod", "long-uid", "undecodable-pod", "index-64", "index-negative"],
+)
+def test_run_role_identity_out_of_bounds_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    # A result with this identity would be refused by the adapter: the runner says why and
+    # writes none, as for a missing variable.
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit, match=f"out of bounds: {name};"):
+        run_role(tmp_path, "#!/bin/sh\nexit 0\n")
+    assert not (tmp_path / "termination-log").exists()
+
+
+@pytest.mark.usefixtures("runner_env")
+def test_run_role_identity_at_its_bounds_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SIGNAL_NODE_NAME", "n" * 253)
+    monkeypatch.setenv("SIGNAL_POD_UID", "u" * 64)
+    monkeypatch.setenv("SIGNAL_PARTICIPANT_INDEX", "63")
+    code, log = run_role(tmp_path, "#!/bin/sh\nexit 0\n")
+    assert code == 0
+    identity = parse_result(log.read_bytes()).identity
+    assert (identity.node_name, identity.pod_uid, identity.participant_index) == ("n" * 253, "u" * 64, 63)
+
+
 def test_runner_parser_requires_role_and_script() -> None:
     with pytest.raises(SystemExit):
         runner_main.parser().parse_args([])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from runner import main as runner_main
+from runner.document import Launcher, wire
 from runner.mpi import (
     MAX_RANK_LINE,
     MAX_REPORTS,
@@ -29,7 +30,7 @@ from runner.mpi import (
 )
 from runner.mpi import evaluate_launcher as evaluate_reports
 from runner.mpi import rank_zero_measurements as rank_zero_of
-from shared.result import LauncherReport, parse_result
+from shared.result import MAX_RANKS, LauncherReport, parse_result
 from shared.run import Verdict
 
 HOSTS = ["job-worker-0.job.ns.svc", "job-worker-1.job.ns.svc", "job-worker-2.job.ns.svc"]
@@ -61,7 +62,7 @@ def raw(body: object) -> str:
 
 def evaluate_launcher(
     hosts: list[str], lines: list[str], mpirun_exit: int | None, timed_out: bool
-) -> tuple[Verdict, str, LauncherReport]:
+) -> tuple[Verdict, str, Launcher]:
     return evaluate_reports(hosts, reports_in(lines, KEY), mpirun_exit, timed_out)
 
 
@@ -144,7 +145,8 @@ def test_all_ranks_pass() -> None:
     verdict, reason, report = evaluate_launcher(HOSTS, good(), 0, False)
     assert verdict == Verdict.PASS
     assert reason == "Succeeded: every rank exited 0"
-    assert isinstance(report, LauncherReport)
+    assert isinstance(report, Launcher)
+    assert LauncherReport.model_validate(wire(report)).ranks == report.ranks  # what the adapter reads
     assert report.world_size == 3
     assert report.hosts == [h.split(".", 1)[0] for h in HOSTS]
     assert [(r.rank, r.host, r.exit_code) for r in report.ranks] == [
@@ -307,6 +309,26 @@ def test_long_rank_host_is_truncated_not_refused() -> None:
     assert report.ranks[0].host == ""  # not a hostfile host: recorded as host index -1
     assert report.rank_table[0][1] == -1
     assert (verdict, reason.split(":")[0]) == (Verdict.INCONCLUSIVE, "WrongHosts")
+
+
+def test_long_hostfile_host_is_cut_like_a_rank_host() -> None:
+    # The report holds names of at most 253 characters; a longer hostfile name is cut the
+    # same way as a rank's, so the rank still maps to it and the report stays valid.
+    host = "h" * 300
+    _, _, report = evaluate_launcher([host], [tag(0) + rank_line(0, 1, host, 0, key=KEY)], 0, False)
+    assert report.hosts == ["h" * 253]
+    assert report.rank_table == ((0, 0, 0),)
+    LauncherReport.model_validate(wire(report))
+
+
+@pytest.mark.parametrize("size", [-1, MAX_RANKS + 1, 1000])
+def test_a_world_size_out_of_range_is_malformed(size: int) -> None:
+    # A world larger than a report holds (worldSize 0..MAX_RANKS) is refused like any other
+    # malformed report: Inconclusive, and the report stays valid for the adapter.
+    verdict, reason, report = evaluate_launcher(["h"], [line(0, size=size, host="h")], 0, False)
+    assert (verdict, reason) == (Verdict.INCONCLUSIVE, "InvalidRankReport: a malformed rank report")
+    assert report.world_size == 0
+    LauncherReport.model_validate(wire(report))
 
 
 def test_empty_hostfile_is_vacuous_here_and_refused_by_the_launcher_role(

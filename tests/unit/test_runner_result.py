@@ -1,6 +1,6 @@
-"""The runner result contract (shared/result.py) and how the runner builds and bounds it
-(runner/report.py): strict parsing, the measurements protocol, the verdict rules and
-``fit`` shrinking a result to the 4 KiB termination message."""
+"""The runner result contract (shared/result.py, shared/result_wire.py) and how the runner
+builds and bounds it (runner/report.py): strict parsing, the measurements protocol, the
+verdict rules and ``fit`` shrinking a result to the 4 KiB termination message."""
 
 import hashlib
 import json
@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from adapter.workloads import mpijob_name
 from runner import mpi
+from runner.document import Identity, Result
 from runner.execute import Outcome
 from runner.report import MEASUREMENTS_FILE_LIMIT, build_result, error_result, fit, read_measurements, verdict_of
 from shared.result import (
@@ -30,9 +31,10 @@ from shared.result import (
     validate_measurements,
 )
 from shared.run import Verdict
+from tests.unit.runner_builders import launcher_model, model, plain
 from tests.unit.signal_builders import make_inputs, make_result, output
 
-IDENTITY = RunnerIdentity(participant_index=3, node_name="gpu-003", pod_name="run-c0-p3", pod_uid="uid-3")
+IDENTITY = Identity(participant_index=3, node_name="gpu-003", pod_name="run-c0-p3", pod_uid="uid-3")
 
 
 def document(**overrides: Any) -> dict[str, Any]:
@@ -203,6 +205,7 @@ def test_validate_measurements_accepts(value: dict[str, Any]) -> None:
         ({"a": None}, "must be a number"),
         ({"a": [1]}, "must be a number"),
         ({"a": {"b": 1}}, "must be a number"),
+        ({"a": "\ud800"}, "not valid Unicode"),  # json.loads makes it from "\\ud800"; UTF-8 cannot hold it
     ],
 )
 def test_validate_measurements_refuses(value: Any, fragment: str) -> None:
@@ -253,11 +256,26 @@ def test_read_measurements_accepts(tmp_path: Path, payload: bytes, expected: dic
         b'{"a":1e999}',
         b'{"A":1}',
         b'{"a":null}',
+        b'{"a":"\\ud800"}',
         json.dumps({f"m{i}": i for i in range(17)}).encode(),
         b"\xff",
         b'{"a":"' + b"x" * MEASUREMENTS_FILE_LIMIT + b'"}',
     ],
-    ids=["empty", "text", "array", "two", "dup", "nan", "overflow", "name", "null", "seventeen", "utf8", "oversized"],
+    ids=[
+        "empty",
+        "text",
+        "array",
+        "two",
+        "dup",
+        "nan",
+        "overflow",
+        "name",
+        "null",
+        "lone-surrogate",
+        "seventeen",
+        "utf8",
+        "oversized",
+    ],
 )
 def test_read_measurements_refuses(tmp_path: Path, payload: bytes) -> None:
     with pytest.raises(ResultError):
@@ -300,7 +318,7 @@ def test_verdict_of(outcome: Outcome, verdict: Verdict, reason: str) -> None:
     assert reason in why
 
 
-def build(tmp_path: Path, outcome: Outcome, measurements: bytes | None = None, **kwargs: Any) -> RunnerResult:
+def build(tmp_path: Path, outcome: Outcome, measurements: bytes | None = None, **kwargs: Any) -> Result:
     (tmp_path / "stdout").write_bytes(b"out line 1\nout line 2\n")
     (tmp_path / "stderr").write_bytes(b"")
     path = tmp_path / "measurements.json"
@@ -332,7 +350,7 @@ def test_build_result_pass_with_measurements(tmp_path: Path) -> None:
     assert result.stdout.tail == "out line 1\nout line 2\n"
     assert result.stderr is not None
     assert result.stderr.bytes == 0
-    assert parse_result(render_result(result)) == result
+    assert parse_result(fit(result) or b"") == model(result)
 
 
 @pytest.mark.parametrize(
@@ -393,7 +411,7 @@ def test_error_result_is_inconclusive() -> None:
     assert len(result.reason) == 256
     assert result.exit_code is None
     assert result.started_at == datetime.fromtimestamp(10, UTC) + timedelta(milliseconds=700)
-    assert parse_result(fit(result) or b"") == result
+    assert parse_result(fit(result) or b"") == model(result)
 
 
 def test_times_are_recorded_to_the_millisecond(tmp_path: Path) -> None:
@@ -401,7 +419,7 @@ def test_times_are_recorded_to_the_millisecond(tmp_path: Path) -> None:
     assert result.started_at == datetime.fromtimestamp(20, UTC) + timedelta(milliseconds=123)
     assert result.finished_at == datetime.fromtimestamp(21, UTC)
     assert result.finished_at - result.started_at == timedelta(milliseconds=877)
-    assert parse_result(fit(result) or b"") == result
+    assert parse_result(fit(result) or b"") == model(result)
 
 
 # ---------------------------------------------------------------- fit
@@ -409,7 +427,7 @@ def test_times_are_recorded_to_the_millisecond(tmp_path: Path) -> None:
 
 def test_fit_leaves_a_small_result_untouched() -> None:
     result = make_result(stdout=output("tail"), measurements={"a": 1})
-    assert fit(result) == render_result(result)
+    assert fit(plain(result)) == render_result(result)
 
 
 @pytest.mark.parametrize("char", ["x", "é", "€", "\x01", "\U0001f600"])
@@ -418,7 +436,7 @@ def test_fit_shrinks_tails_first_and_keeps_pass(char: str) -> None:
     measurements = {f"m{i:02d}": "v" * 100 for i in range(MAX_MEASUREMENTS)}
     result = make_result(stdout=output(tail), stderr=output(tail), measurements=measurements)
     assert len(render_result(result)) > MAX_RESULT_BYTES
-    payload = fit(result)
+    payload = fit(plain(result))
     assert payload is not None
     assert len(payload) <= MAX_RESULT_BYTES
     parsed = parse_result(payload)
@@ -442,7 +460,7 @@ def test_fit_shrinks_tails_as_little_as_needed() -> None:
         measurements={f"m{i}": "v" * 128 for i in range(16)},
     )
     assert len(render_result(result)) > MAX_RESULT_BYTES
-    parsed = parse_result(fit(result) or b"")
+    parsed = parse_result(fit(plain(result)) or b"")
     assert parsed.stdout is not None
     assert len(parsed.stdout.tail) == MAX_TAIL_CHARS // 4
     assert parsed.verdict == Verdict.PASS
@@ -464,7 +482,7 @@ def big_measurements() -> dict[str, Any]:
 )
 def test_fit_drops_measurements_last_and_never_passes_without_them(verdict: Verdict, expected: Verdict) -> None:
     result = make_result(verdict, stdout=output("z" * 1024), stderr=output("w" * 1024), measurements=big_measurements())
-    payload = fit(result)
+    payload = fit(plain(result))
     assert payload is not None
     assert len(payload) <= MAX_RESULT_BYTES
     parsed = parse_result(payload)
@@ -486,7 +504,7 @@ def test_fit_returns_none_when_even_the_bare_result_is_too_large() -> None:
         finished_at=datetime(2025, 1, 1, tzinfo=UTC),
     )
     assert len(render_result(result)) > MAX_RESULT_BYTES
-    assert fit(result) is None
+    assert fit(plain(result)) is None
 
 
 @pytest.mark.parametrize("tail_len", [0, 1, 5, 17, 300, 1000, 1024])
@@ -497,7 +515,7 @@ def test_fit_output_always_parses_within_limit(tail_len: int, measure_len: int) 
         stderr=output("é" * tail_len),
         measurements={f"k{i}": "\x03" * measure_len for i in range(MAX_MEASUREMENTS)},
     )
-    payload = fit(result)
+    payload = fit(plain(result))
     assert payload is not None
     assert len(payload) <= MAX_RESULT_BYTES
     parsed = parse_result(payload)
@@ -523,7 +541,7 @@ def launcher_result(participants: int) -> RunnerResult:
         reason=reason,
         pod_name=f"{job}-launcher-x7k2p",
         pod_uid="8d1f0a52-6c1e-4b7a-9f0e-1d2c3b4a5f60",
-        launcher=report,
+        launcher=launcher_model(report),
         stdout=output("x" * 1024),
         stderr=output(""),
     )
@@ -532,13 +550,13 @@ def launcher_result(participants: int) -> RunnerResult:
 @pytest.mark.parametrize("participants", [1, 2, 8, 16])
 def test_fit_keeps_launcher_report_for_small_mpijobs(participants: int) -> None:
     result = launcher_result(participants)
-    parsed = parse_result(fit(result) or b"")
+    parsed = parse_result(fit(plain(result)) or b"")
     assert parsed.verdict == Verdict.PASS
     assert parsed.launcher == result.launcher
 
 
 @pytest.mark.parametrize("participants", [32, 64])
 def test_fit_launcher_report_for_large_mpijobs(participants: int) -> None:
-    payload = fit(launcher_result(participants))
+    payload = fit(plain(launcher_result(participants)))
     assert payload is not None
     assert parse_result(payload).launcher is not None
