@@ -261,13 +261,13 @@ class Index:
         for check in self.visible_checks(sight):
             if everything:
                 counts, ordered = self._everything.get(check["id"], (_no_counts(), []))
-                nodes, worst = len(ordered), ordered[:rows]
+                how_many, worst = len(ordered), ordered[:rows]
             else:
-                nodes, counts, worst = self._fleet_of(check["id"], seen, rows)
+                how_many, counts, worst = self._fleet_of(check["id"], seen, rows)
             shown.update(e.key[1] for e in worst)
             totals = self._totals.get(check["id"], {})
             results = sum(n for w, n in totals.items() if w in seen)
-            head = {"check": check, "nodes": nodes, "results": results, "counts": counts}
+            head = {"check": check, "nodes": how_many, "results": results, "counts": counts}
             items.append(json.dumps(head).encode()[:-1] + b',"rows":' + render_page(worst) + b"}")
         health = {name: self.health(name, sight) for name in sorted(shown)} if sight.nodes else {}
         nodes = json.dumps({k: v for k, v in health.items() if v is not None}).encode()
