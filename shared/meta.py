@@ -39,7 +39,13 @@ ResourceMap = Annotated[
 
 
 class WireModel(BaseModel):
-    """A cluster object: camelCase on the wire, unknown fields ignored, immutable."""
+    """A cluster object: camelCase on the wire, unknown fields ignored, immutable.
+
+    Each model's validator is built on its first use, not at import (``defer_build``): a
+    process builds only the models it uses, so every service, and the adapter at every check's
+    step, starts sooner (issue 15). The first use of a model from several threads at once is
+    safe with the pinned pydantic (its rebuild lock); tests/unit/test_deferred_models.py holds
+    that, and that every model builds."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -47,6 +53,7 @@ class WireModel(BaseModel):
         use_attribute_docstrings=True,
         extra="ignore",
         frozen=True,
+        defer_build=True,
     )
 
     def to_wire(self) -> dict[str, Any]:
