@@ -26,8 +26,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner import mpi
-from runner import sshd as sshd_role
 from runner.document import Identity, Result
 from runner.execute import ScriptError, clean_environment, run_script, script_argv
 from runner.report import build_result, error_result, fit, read_measurements
@@ -113,6 +111,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_launcher(args: argparse.Namespace) -> int:
+    from runner import mpi  # noqa: PLC0415 - the MPI roles' alone: a Pod check's runner starts without it
+
     identity = _identity("launcher")
     workdir: Path = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
@@ -175,6 +175,9 @@ def cmd_launcher(args: argparse.Namespace) -> int:
 
 
 def cmd_rank(args: argparse.Namespace) -> int:
+    from runner import mpi  # noqa: PLC0415 - the MPI roles' alone: a Pod check's runner starts without it
+    from runner import sshd as sshd_role  # noqa: PLC0415 - the rank role's alone
+
     # First: take the report key out of reach of the script (environment and /proc).
     key = mpi.take_report_key(os.environ)
     mpi.make_undumpable()
@@ -225,6 +228,8 @@ def cmd_rank(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from runner import mpi  # noqa: PLC0415 - the MPI roles' alone: a Pod check's runner starts without it
+
     mpi.sshd_or_wait(args.sshd, {k: os.environ[k] for k in WORKER_ENV_KEYS if os.environ.get(k)})
     return 0
 
