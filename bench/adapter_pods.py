@@ -13,17 +13,21 @@ floor; then the whole again at 1/``--factor`` of the participants, for the growt
 
 import argparse
 import asyncio
+import os
 import resource
 import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.floors import growth, pod_fanout_floor, row, step_floor
 from localcluster.cluster import LocalCluster
+from localcluster.kube import resource_path
+from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from tests.adapter_support import AdapterWorld, check
 
 
@@ -57,18 +61,32 @@ async def main(participants: int, factor: int) -> None:
         print(growth("adapter total", small["total"], full["total"], factor, "s"))
 
 
+def process_started(pid: int) -> float:
+    """A process's start (``time.time()`` seconds), from /proc: its start in clock ticks after
+    boot, against the time since boot now (``btime`` is whole seconds: too coarse)."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+    return time.time() - (since_boot - ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _at(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
 async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[str, float]:
     workdir = Path(tempfile.mkdtemp(prefix="signal-bench-"))
     await cluster.create_namespace(namespace)
     world = AdapterWorld(cluster, cluster.admin, namespace, workdir)
     await world.setup(participants, {"noop.sh": "#!/bin/sh\nexit 0\n"}, [check("noop", "noop.sh")])
     log = workdir / "requests.tsv"
-    started = time.time()
-    outcome = await world.adapter(0, SIGNAL_REQUEST_LOG=str(log))
+    process, outputs = await world.spawn(0, SIGNAL_REQUEST_LOG=str(log))
+    started = process_started(process.pid)  # the adapter's own start (goal 7), not its token's request
+    out, _ = await process.communicate()
     finished = time.time()
-    if outcome.code != 0 or outcome.verdict != "Pass":
-        print(outcome.log)
-        raise SystemExit(f"adapter did not pass: exit {outcome.code}, verdict {outcome.verdict!r}")
+    values = {p.name: p.read_text() for p in outputs.iterdir()} if outputs.exists() else {}
+    if process.returncode != 0 or values.get("verdict") != "Pass":
+        print(out.decode(errors="replace"))
+        raise SystemExit(f"adapter did not pass: exit {process.returncode}, verdict {values.get('verdict')!r}")
     rows = [line.split("\t") for line in log.read_text().splitlines()]
     posts = [(float(t), path) for t, verb, path in rows if verb == "POST" and path.endswith("/configmaps")]
     results_at, evidence_at = posts[0][0], posts[-1][0]
@@ -77,6 +95,19 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
     print(f"adapter start -> results persisted: {results_at - started:.2f}s")
     print(f"results persisted -> every workload gone: {evidence_at - results_at:.2f}s")
     print(f"adapter total (process start to exit): {finished - started:.2f}s")
+    pod_posts = [float(t) for t, verb, path in rows if verb == "POST" and path.endswith("/pods")]
+    stored = await world.admin.get(resource_path("v1", "configmaps", namespace, values["evidence-config-map"]))
+    results = decode_document(stored, CHECK_EVIDENCE_SCHEMA)[0]["results"]
+    ran = [(_at(p["startedAt"]), _at(p["finishedAt"])) for p in results["participants"]]
+    print(
+        "adapter timeline (s after its process started): "
+        f"first request {float(rows[0][0]) - started:.3f}, check started {_at(results['startedAt']) - started:.3f}, "
+        f"Pods created {pod_posts[0] - started:.3f}-{pod_posts[-1] - started:.3f}, "
+        f"runners started {min(a for a, _ in ran) - started:.3f}-{max(a for a, _ in ran) - started:.3f}, "
+        f"last runner finished {max(b for _, b in ran) - started:.3f}, "
+        f"results collected {_at(results['collectedAt']) - started:.3f}, persisted {results_at - started:.3f}; "
+        f"check evidence persisted -> exit {finished - evidence_at:.3f}"
+    )
     print("API requests by verb: " + ", ".join(f"{v} {n}" for v, n in sorted(verbs.items())))
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"peak RSS of the largest child process (adapter or a runner): {children:.1f} MiB")
