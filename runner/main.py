@@ -29,7 +29,8 @@ from pathlib import Path
 from runner.document import Identity, Result
 from runner.execute import ScriptError, clean_environment, run_script, script_argv
 from runner.report import build_result, error_result, fit, read_measurements
-from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, PARTICIPANT_LIMIT, ResultError, is_unicode
+from shared.limits import MAX_PARTICIPANTS
+from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, ResultError, is_unicode
 from shared.verdict import Verdict
 
 IDENTITY_ENV = ("SIGNAL_NODE_NAME", "SIGNAL_POD_NAME", "SIGNAL_POD_UID")
@@ -49,7 +50,7 @@ def _identity(role: str) -> Identity:
     limits = dict(zip(IDENTITY_ENV, (MAX_NAME_CHARS, MAX_NAME_CHARS, MAX_UID_CHARS), strict=True))
     wrong = [k for k, limit in limits.items() if len(os.environ[k]) > limit or not is_unicode(os.environ[k])]
     participant = int(index) if role == "pod" and index else None
-    if participant is not None and not 0 <= participant < PARTICIPANT_LIMIT:
+    if participant is not None and not 0 <= participant < MAX_PARTICIPANTS:
         wrong.append("SIGNAL_PARTICIPANT_INDEX")
     if wrong:
         raise SystemExit(f"signal-runner: identity variables out of bounds: {', '.join(wrong)}; the Pod spec is wrong")

@@ -42,7 +42,8 @@ from typing import Any, Final, NamedTuple
 
 from runner import sshd as sshd_role
 from runner.document import Launcher
-from shared.result_wire import INCONCLUSIVE_EXIT_CODE, MAX_NAME_CHARS, MAX_RANKS, RankResult, short_host
+from shared.limits import MAX_RANKS
+from shared.result_wire import INCONCLUSIVE_EXIT_CODE, MAX_NAME_CHARS, RankResult, short_host
 from shared.verdict import Verdict
 
 RANK_PREFIX: Final = "SIGNAL-RANK "

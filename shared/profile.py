@@ -12,6 +12,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from shared import keys
 from shared.durations import DURATION_PATTERN
+from shared.limits import MAX_PARTICIPANTS, MAX_RANKS
 from shared.meta import (
     CONFIGMAP_KEY_PATTERN,
     RESOURCE_NAME_PATTERN,
@@ -25,7 +26,6 @@ from shared.meta import (
     WireModel,
 )
 
-MAX_PARTICIPANTS = 64
 MAX_CHECKS = 32
 MAX_GPUS = 8
 DEFAULT_FRESHNESS = "168h"
@@ -45,8 +45,6 @@ Duration = Annotated[
 Backend = Literal["Pod", "MPIJob"]
 Capability = Literal["IPC_LOCK", "SYS_NICE", "SYS_RESOURCE"]
 MAX_TOLERATIONS = 8
-MAX_RANKS = 64
-"""Ranks of one MPI world the launcher can report in its bounded result (shared/result.py)."""
 MpiScope = Literal["perNode", "crossNode"]
 # Taints a check may never tolerate: Signal's own (its workloads tolerate exactly their Run's
 # cordon, nothing else of Signal's) and the Node lifecycle taints (not-ready, unreachable,

@@ -18,19 +18,18 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from shared.digests import canonical_json
+from shared.limits import MAX_PARTICIPANTS, MAX_RANKS
 from shared.meta import Digest, StrictModel
 from shared.result_wire import (
     INCONCLUSIVE_EXIT_CODE,
     MAX_MEASUREMENT_TEXT,
     MAX_MEASUREMENTS,
     MAX_NAME_CHARS,
-    MAX_RANKS,
     MAX_REASON_CHARS,
     MAX_RESULT_BYTES,
     MAX_TAIL_CHARS,
     MAX_UID_CHARS,
     MEASUREMENT_NAME_PATTERN,
-    PARTICIPANT_LIMIT,
     RESULT_SCHEMA,
     RankResult,
     RankRow,
@@ -75,7 +74,7 @@ Measurements = dict[str, MeasurementValue]
 class RunnerIdentity(StrictModel):
     """Who the runner ran as, from the downward API and its arguments."""
 
-    participant_index: Annotated[int, Field(ge=0, lt=PARTICIPANT_LIMIT)] | None = None
+    participant_index: Annotated[int, Field(ge=0, lt=MAX_PARTICIPANTS)] | None = None
     """The participant this Pod serves; None for an MPI launcher."""
     node_name: Annotated[str, Field(max_length=MAX_NAME_CHARS)]
     pod_name: Annotated[str, Field(max_length=MAX_NAME_CHARS)]

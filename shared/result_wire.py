@@ -32,13 +32,10 @@ MAX_MEASUREMENTS: Final = 16
 MAX_MEASUREMENT_TEXT: Final = 128
 MEASUREMENT_NAME_PATTERN: Final = r"^[a-z][a-z0-9_.-]{0,62}$"
 MAX_TAIL_CHARS: Final = 1024
-MAX_RANKS: Final = 64
 MAX_REASON_CHARS: Final = 256
 MAX_NAME_CHARS: Final = 253
 """A node, Pod or host name in a result (a DNS subdomain's length)."""
 MAX_UID_CHARS: Final = 64
-PARTICIPANT_LIMIT: Final = 64
-"""Participant indexes in a result are below this."""
 
 MeasurementMap = dict[str, bool | int | float | str]
 

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, JsonValue
 
 from shared import keys
+from shared.limits import MAX_PARTICIPANTS
 from shared.meta import (
     Conditions,
     Digest,
@@ -23,7 +24,7 @@ from shared.meta import (
     Uid,
     WireModel,
 )
-from shared.profile import MAX_PARTICIPANTS, Checks
+from shared.profile import Checks
 from shared.verdict import Verdict as Verdict  # noqa: PLC0414 - re-exported; stdlib-only home
 
 _IMMUTABLE = {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "is immutable"}]}
