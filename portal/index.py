@@ -153,22 +153,15 @@ class Index:
         # one), worst first, computed with the snapshot: its first answer is then a slice.
         self._everything: dict[str, tuple[dict[str, int], list[Entry]]] = {}
         for check_type, per_node in self._newest.items():
-            newest_each = [candidates[0] for candidates in per_node.values()]
-            counts = _no_counts()
-            for entry in newest_each:
-                counts[entry.state] += 1
-            newest_each.sort(key=_fleet_rank)
-            self._everything[check_type] = (counts, newest_each)
+            newest_each = sorted((candidates[0] for candidates in per_node.values()), key=_fleet_rank)
+            self._everything[check_type] = (_counts(newest_each), newest_each)
         self._fleets: dict[tuple[frozenset[str], bool, bool, int], bytes] = {}
 
     def __len__(self) -> int:
         return len(self.entries)
 
     def counts(self) -> dict[str, int]:
-        counts = {state.value: 0 for state in State}
-        for entry in self.entries:
-            counts[entry.state] += 1
-        return counts
+        return _counts(self.entries)
 
     def page(self, filters: Filters, visible: Visible, *, after: Key | None, limit: int) -> tuple[list[Entry], bool]:
         """Up to ``limit`` visible matching entries strictly after ``after``; and whether more follow."""
@@ -260,7 +253,7 @@ class Index:
         shown: set[str] = set()
         for check in self.visible_checks(sight):
             if everything:
-                counts, ordered = self._everything.get(check["id"], (_no_counts(), []))
+                counts, ordered = self._everything.get(check["id"], (_counts([]), []))
                 how_many, worst = len(ordered), ordered[:rows]
             else:
                 how_many, counts, worst = self._fleet_of(check["id"], seen, rows)
@@ -285,10 +278,7 @@ class Index:
             chosen = next((e for e in candidates if e.key[0] in seen), None)
             if chosen is not None:
                 per_node.append(chosen)
-        counts = _no_counts()
-        for entry in per_node:
-            counts[entry.state] += 1
-        return len(per_node), counts, heapq.nsmallest(rows, per_node, key=_fleet_rank)
+        return len(per_node), _counts(per_node), heapq.nsmallest(rows, per_node, key=_fleet_rank)
 
     def visible_checks(self, sight: Sight) -> list[dict[str, Any]]:
         """Check types with visible results; and, to a caller who may list profiles, every
@@ -316,8 +306,12 @@ def _fleet_rank(entry: Entry) -> tuple[int, str]:
     return FLEET_ORDER[entry.state], entry.key[1]
 
 
-def _no_counts() -> dict[str, int]:
-    return {state.value: 0 for state in State}
+def _counts(entries: Iterable[Entry]) -> dict[str, int]:
+    """How many of ``entries`` are in each state (every state named, 0 where none)."""
+    counts = {state.value: 0 for state in State}
+    for entry in entries:
+        counts[entry.state] += 1
+    return counts
 
 
 def _newer(entry: Entry, than: Entry) -> bool:
