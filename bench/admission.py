@@ -31,6 +31,7 @@ both sizes.
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -40,9 +41,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.admission_report import Figures, goals, report
+from bench.cpu import CpuWindow, processes
 from bench.floors import RequestLog, api_write_floor, rss_mib, writes
 from bench.history import add_history, cold_start
 from bench.polling import runs_of, wait_for
+from bench.throughput_floor import throughput_window_floor
 from bench.window_floor import request_window_floor, write_kinds
 from controller.nodes import node_view
 from controller.requested import RequestIndex
@@ -179,6 +182,7 @@ async def _measure(
     if groups:
         free = [n for n in names if n not in set(chosen)]
         wanted = spread(free, group * groups, offset=1)
+        cpu = CpuWindow(processes({"controller": pid, "bench (requester)": os.getpid()})).begin()
         t1 = time.time()
         await request_all(world, profile, wanted)
         requested_at_all = time.time()
@@ -188,6 +192,7 @@ async def _measure(
             return phases.count("Running") >= groups + 1
 
         polled = await wait_for(f"{groups} more Runs Running", all_running, timeout=60.0 + 5.0 * groups)
+        cpu.end()
         requests = log.read()
         done = running_cut(requests, t1, groups) or polled  # the last Running PATCH sent
         window = RequestLog.window(requests, t1, done)
@@ -199,6 +204,7 @@ async def _measure(
         figures.throughput_writes = writes(window)
         figures.throughput_lists = RequestLog.verbs(window)["LIST"]
         figures.throughput_kinds = dict(sorted(write_kinds(window).items()))
+        figures.throughput_cpu = cpu.describe(polled - t1)
         figures.requested += tuple(wanted)
     figures.rss_after = rss_mib(pid)
     return figures
@@ -277,7 +283,16 @@ async def main(total: int, group: int, groups: int, factor: int, runs: int) -> N
         print(floor.describe())
         whole = await request_window_floor(cluster, idle, full.other_writes, namespace)
         print(whole.describe())
-        goals(full, small_figures, floor, whole, cold, group)
+        throughput = None
+        if full.groups:
+            wanted = list(full.requested[group:])  # the throughput window's Nodes, in request order
+            chunks = [wanted[i : i + group] for i in range(0, len(wanted), group)]
+            others = round((full.throughput_writes - full.throughput_renewals) / full.groups) - group
+            throughput = await throughput_window_floor(
+                cluster, chunks, others, namespace, requester_concurrency=REQUESTER_CONCURRENCY
+            )
+            print(throughput.describe())
+        goals(full, small_figures, floor, whole, cold, group, throughput)
 
 
 if __name__ == "__main__":

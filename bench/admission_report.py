@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from bench.floors import WriteFloor, growth, row
 from bench.history import ColdStart
+from bench.throughput_floor import ThroughputFloor
 from bench.window_floor import LEASE_RENEWALS, WindowFloor
 
 
@@ -35,6 +36,7 @@ class Figures:
     requested: tuple[str, ...] = ()
     window_kinds: dict[str, int] = field(default_factory=dict)
     throughput_kinds: dict[str, int] = field(default_factory=dict)
+    throughput_cpu: str = ""
 
     @property
     def window_renewals(self) -> int:
@@ -64,6 +66,7 @@ def report(figures: Figures, group: int) -> None:
             f"LIST {figures.throughput_lists}"
         )
         print(f"  the throughput window's writes by kind: {figures.throughput_kinds}")
+        print(f"  {figures.throughput_cpu}")
     print(
         f"  pure selection of {group} of {figures.nodes} requested Nodes: median {figures.selection_ms:.2f} ms "
         f"(every Node free), {figures.selection_reserved_ms:.2f} ms (with the {figures.reserved} the bench's "
@@ -71,7 +74,15 @@ def report(figures: Figures, group: int) -> None:
     )
 
 
-def goals(full: Figures, small: Figures, floor: WriteFloor, whole: WindowFloor, cold: ColdStart, group: int) -> None:
+def goals(
+    full: Figures,
+    small: Figures,
+    floor: WriteFloor,
+    whole: WindowFloor,
+    cold: ColdStart,
+    group: int,
+    throughput: ThroughputFloor | None = None,
+) -> None:
     print()
     print(
         row(
@@ -125,6 +136,14 @@ def goals(full: Figures, small: Figures, floor: WriteFloor, whole: WindowFloor, 
             f"GOAL 2 (writes/group, less Lease renewals) {per_group:.1f} writes/group  (for the record: "
             f"{full.throughput_renewals} time-based Lease renewals in {full.throughput_seconds:.2f} s)"
         )
+        if throughput is not None:
+            same = throughput.signal_writes / throughput.seconds
+            print(
+                f"GOAL 2 (vs the throughput-window floor)  floor {same:9.1f} w/s signal {rate:9.1f} w/s "
+                f"ratio {rate / same:6.2f}  (the same window's writes by a bare client, the requester's label "
+                f"PATCHes at the same time: {throughput.seconds:.2f} s against Signal's "
+                f"{full.throughput_seconds:.2f} s)"
+            )
         if full.after_request_seconds > 0:
             late = full.after_request_writes / full.after_request_seconds
             print(
