@@ -40,7 +40,13 @@ from localcluster.kube import KubeClient, Obj, resource_path
 
 # Image (without tag or digest) -> entrypoint used when a container has no command.
 IMAGE_ENTRYPOINTS: dict[str, list[str]] = {
-    "projectsignal.dev/runner": ["signal-runner"],
+    # As in the image (Dockerfile.runner): the runner isolated and without ``site``.
+    "projectsignal.dev/runner": [
+        sys.executable,
+        "-I",
+        "-S",
+        str(Path(__file__).resolve().parents[1] / "runner" / "launch.py"),
+    ],
     "projectsignal.dev/adapter": ["signal-adapter"],
     "projectsignal.dev/controller": ["signal-controller"],
     "projectsignal.dev/portal": ["signal-portal"],
