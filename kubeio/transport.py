@@ -23,8 +23,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TOKEN_REREAD_SECONDS = 60.0
 """A token file is read again this often (kubelet rotates projected ServiceAccount tokens)."""
@@ -167,6 +165,8 @@ def default_kubeconfig(environ: Mapping[str, str] = os.environ) -> Path:
 def from_kubeconfig(path: str | Path | None = None, context: str | None = None) -> Endpoint:
     """The endpoint of ``context`` (the current context if None) of the kubeconfig at ``path``
     (``default_kubeconfig()`` if None)."""
+    import yaml  # noqa: PLC0415 - kubeconfig files alone: an in-cluster process (the adapter, once per check) starts without it
+
     file = Path(path) if path else default_kubeconfig()
     try:
         document = yaml.safe_load(file.read_text())
