@@ -1,10 +1,11 @@
 """CPU seconds by process over a benchmark's window: where a window's time goes when the
 machine (two cores here) is shared by Signal's process, the API server and etcd.
 
-:func:`processes` finds the local control plane's processes by name (``/proc/*/comm``) plus
-the pids a benchmark names; :class:`CpuWindow` reads their user+system CPU time (``/proc/PID/stat``)
-at the window's start and end. A figure printed by it is the seconds of CPU each one used inside
-the window, and their share of the window's wall time (1.0: one core busy throughout)."""
+:func:`processes` finds the local control plane's processes (``/proc/*/cmdline``: the
+kplane binary, the component's name) plus the pids a benchmark names; :class:`CpuWindow` reads
+their user+system CPU time (``/proc/PID/stat``) at the window's start and end. A figure printed
+by it is the seconds of CPU each one used inside the window, and
+their share of the window's wall time (1.0: one core busy throughout)."""
 
 import os
 from collections.abc import Mapping
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CONTROL_PLANE = ("kube-apiserver", "etcd")
+"""The local control plane's processes: each one the kplane binary with its name as argv[1]."""
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -32,11 +34,12 @@ def processes(named: Mapping[str, int]) -> dict[str, int]:
         if not entry.name.isdigit():
             continue
         try:
-            comm = (entry / "comm").read_text().strip()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if comm in CONTROL_PLANE and comm not in found:
-            found[comm] = int(entry.name)
+        name = argv[1].decode(errors="replace") if len(argv) > 1 else ""
+        if Path(argv[0].decode(errors="replace")).name.startswith("kplane") and name in CONTROL_PLANE:
+            found.setdefault(name, int(entry.name))
     return found
 
 
