@@ -11,7 +11,9 @@ At each size, with a fresh controller and a profile of its own:
   request log (time, verb, path per request) and cut there (goal 7: nothing the Run does once
   Running is counted); its requests by verb inside that window;
 * throughput (goal 2, ``--groups``): that many groups requested at once -> every one of their
-  Runs Running; writes per group, LIST calls, writes per second;
+  Runs Running; writes per group, LIST calls, writes per second; the CPU seconds of the
+  controller, kube-apiserver, etcd and the bench's requester in that window (bench/cpu.py);
+  and the same window's writes by a bare client (bench/throughput_floor.py);
 * pure selection (goal 4): ``--group`` of every Node requested, median of 20;
 * goal 3 as the issue words it (bench/history.py): the namespace's Runs topped up to ``--runs``
   with finished ones and their evidence ConfigMaps, then a fresh controller started with a group
