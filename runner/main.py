@@ -33,6 +33,8 @@ from shared.limits import MAX_PARTICIPANTS
 from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, ResultError, is_unicode
 from shared.verdict import Verdict
 
+LAUNCH = Path(__file__).with_name("launch.py")
+"""The runner's entrypoint file (runner/launch.py), which MPI ranks are started with."""
 IDENTITY_ENV = ("SIGNAL_NODE_NAME", "SIGNAL_POD_NAME", "SIGNAL_POD_UID")
 SCRIPT_ENV_KEYS = ("SIGNAL_RUN_NAME", "SIGNAL_RUN_UID", "SIGNAL_CHECK", "SIGNAL_NAMESPACE", *IDENTITY_ENV)
 WORKER_ENV_KEYS = (*SCRIPT_ENV_KEYS, "SIGNAL_SCRIPT")
@@ -130,10 +132,13 @@ def cmd_launcher(args: argparse.Namespace) -> int:
             error_result(identity, f"hostfile {args.hostfile} names no host", started, time.time()),
             args.termination_log,
         )
+    # Each rank starts as this runner did (runner/launch.py: isolated, without site), from the
+    # same file of the same image: ``-m runner.main`` would need site's path to find the package.
     rank_command = [
         sys.executable,
-        "-m",
-        "runner.main",
+        "-I",
+        "-S",
+        str(LAUNCH),
         "rank",
         "--script",
         str(args.script),

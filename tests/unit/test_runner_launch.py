@@ -86,3 +86,48 @@ def test_the_launched_runner_loads_neither_site_nor_the_editable_hook(tmp_path: 
     # Without the flags, this checkout's interpreter loads both: the probe can tell.
     plain = subprocess.run([sys.executable, str(probe)], capture_output=True, text=True, timeout=60, check=True)
     assert "SITE True" in plain.stderr
+
+
+FAKE_MPIRUN = """#!/bin/sh
+# mpirun's stand-in: one rank (the rank command after "-x KEY"), its stdout tagged as rank 0's.
+while [ "$1" != "-x" ]; do shift; done
+shift 2
+OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 HOSTNAME=w-0 "$@" | sed 's/^/[1,0]<stdout>:/'
+"""
+
+
+def test_the_launched_launcher_starts_its_ranks_the_same_way(tmp_path: Path) -> None:
+    # Before: the launcher started each rank as ``python -m runner.main``, which an isolated
+    # interpreter without site cannot find (No module named runner): the MPIJob checks on real
+    # nodes failed with it. Started as the image starts it (its shebang: Debian's python3, which
+    # has no path to this checkout), as this checkout's interpreter would hide it (its site does).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mpirun").write_text(FAKE_MPIRUN)
+    (bin_dir / "mpirun").chmod(0o755)
+    script = tmp_path / "check.sh"
+    script.write_text('#!/bin/sh\necho \'{"gbps": 2}\' > "$SIGNAL_MEASUREMENTS_FILE"\n')
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("w-0\n")
+    shebang = LAUNCH.read_text().splitlines()[0].removeprefix("#!").split()
+    argv = [
+        *shebang,
+        str(LAUNCH),
+        "launcher",
+        "--script",
+        str(script),
+        "--deadline-seconds",
+        "20",
+        "--workdir",
+        str(tmp_path / "work"),
+        "--termination-log",
+        str(tmp_path / "result"),
+        "--hostfile",
+        str(hostfile),
+    ]
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path), **IDENTITY}
+    del env["SIGNAL_PARTICIPANT_INDEX"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+    result = parse_result((tmp_path / "result").read_bytes())
+    assert (result.verdict, result.measurements) == (Verdict.PASS, {"gbps": 2}), done.stderr
+    assert done.returncode == 0

@@ -240,7 +240,10 @@ FAKE_MPIRUN = """#!/bin/sh
 # mpirun's stand-in: one rank (the rank command after "-x KEY"), its stdout tagged as rank 0's.
 while [ "$1" != "-x" ]; do shift; done
 shift 2
-OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 HOSTNAME=w-0 PYTHONPROFILEIMPORTTIME=1 "$@" | sed 's/^/[1,0]<stdout>:/'
+# The rank's interpreter is isolated (-I ignores PYTHON* variables): its imports are asked for by -X.
+python="$1"
+shift
+OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=1 HOSTNAME=w-0 "$python" -X importtime "$@" | sed 's/^/[1,0]<stdout>:/'
 """
 
 
