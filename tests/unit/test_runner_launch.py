@@ -25,12 +25,13 @@ print("SITE", "site" in sys.modules, "HOOK", any("__editable__" in m for m in sy
 """
 
 
-def launch(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def role_argv(entry: list[str], role: str, tmp_path: Path, gbps: int) -> list[str]:
+    """``entry`` running the runner's ``role`` over a script reporting ``gbps``, under tmp_path."""
     script = tmp_path / "check.sh"
-    script.write_text('#!/bin/sh\necho \'{"gbps": 1}\' > "$SIGNAL_MEASUREMENTS_FILE"\n')
-    argv = [
-        *podprocess.IMAGE_ENTRYPOINTS["projectsignal.dev/runner"],
-        "run",
+    script.write_text(f'#!/bin/sh\necho \'{{"gbps": {gbps}}}\' > "$SIGNAL_MEASUREMENTS_FILE"\n')
+    return [
+        *entry,
+        role,
         "--script",
         str(script),
         "--deadline-seconds",
@@ -40,6 +41,10 @@ def launch(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[s
         "--termination-log",
         str(tmp_path / "result"),
     ]
+
+
+def launch(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    argv = role_argv(podprocess.IMAGE_ENTRYPOINTS["projectsignal.dev/runner"], "run", tmp_path, 1)
     return subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -105,26 +110,10 @@ def test_the_launched_launcher_starts_its_ranks_the_same_way(tmp_path: Path) -> 
     bin_dir.mkdir()
     (bin_dir / "mpirun").write_text(FAKE_MPIRUN)
     (bin_dir / "mpirun").chmod(0o755)
-    script = tmp_path / "check.sh"
-    script.write_text('#!/bin/sh\necho \'{"gbps": 2}\' > "$SIGNAL_MEASUREMENTS_FILE"\n')
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("w-0\n")
     shebang = LAUNCH.read_text().splitlines()[0].removeprefix("#!").split()
-    argv = [
-        *shebang,
-        str(LAUNCH),
-        "launcher",
-        "--script",
-        str(script),
-        "--deadline-seconds",
-        "20",
-        "--workdir",
-        str(tmp_path / "work"),
-        "--termination-log",
-        str(tmp_path / "result"),
-        "--hostfile",
-        str(hostfile),
-    ]
+    argv = [*role_argv([*shebang, str(LAUNCH)], "launcher", tmp_path, 2), "--hostfile", str(hostfile)]
     env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(tmp_path), **IDENTITY}
     del env["SIGNAL_PARTICIPANT_INDEX"]
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
