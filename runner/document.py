@@ -3,7 +3,7 @@
 The runner imports no pydantic (it starts once per check participant and per MPI rank, and
 pydantic's import alone costs far more than its work), so it builds its result from these
 named tuples (lighter to import and to define than dataclasses) and renders them itself:
-canonical JSON (shared/digests.py), camelCase keys, no nulls, UTC times as pydantic writes
+canonical JSON (shared/canonical.py), camelCase keys, no nulls, UTC times as pydantic writes
 them. The bytes are those of ``shared.result.render_result`` for the same values
 (tests/unit/test_runner_wire.py holds the two to it), and the adapter still parses them
 strictly with ``shared.result.parse_result``. The runner keeps its values within the models'
@@ -16,7 +16,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Literal, NamedTuple
 
-from shared.digests import canonical_json
+from shared.canonical import canonical_json
 from shared.result_wire import (
     RESULT_SCHEMA,
     MeasurementMap,

@@ -19,13 +19,14 @@ rank): the runner imports only the standard library and the stdlib-only modules 
 (tests/unit/test_runner_wire.py fails otherwise).
 """
 
-import argparse
 import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
+from runner.argv import Option, Parser, Role
 from runner.document import Identity, Result
 from runner.execute import ScriptError, clean_environment, run_script, script_argv
 from runner.report import build_result, error_result, fit, read_measurements
@@ -83,7 +84,7 @@ def _script_env(workdir: Path, extra: dict[str, str], *, mpi_rank: bool = False)
     return clean_environment(os.environ, signal_env, home=home, mpi=mpi_rank)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def cmd_run(args: SimpleNamespace) -> int:
     identity = _identity("pod")
     workdir: Path = args.workdir
     workdir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _write(result, args.termination_log)
 
 
-def cmd_launcher(args: argparse.Namespace) -> int:
+def cmd_launcher(args: SimpleNamespace) -> int:
     from runner import mpi  # noqa: PLC0415 - the MPI roles' alone: a Pod check's runner starts without it
 
     identity = _identity("launcher")
@@ -180,7 +181,7 @@ def cmd_launcher(args: argparse.Namespace) -> int:
     return _write(result, args.termination_log)
 
 
-def cmd_rank(args: argparse.Namespace) -> int:
+def cmd_rank(args: SimpleNamespace) -> int:
     from runner import mpi  # noqa: PLC0415 - the MPI roles' alone: a Pod check's runner starts without it
     from runner import sshd as sshd_role  # noqa: PLC0415 - the rank role's alone
 
@@ -233,34 +234,35 @@ def cmd_rank(args: argparse.Namespace) -> int:
     return code
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
+def cmd_worker(args: SimpleNamespace) -> int:
     from runner import mpi  # noqa: PLC0415 - the MPI roles' alone: a Pod check's runner starts without it
 
     mpi.sshd_or_wait(args.sshd, {k: os.environ[k] for k in WORKER_ENV_KEYS if os.environ.get(k)})
     return 0
 
 
-def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="signal-runner", description=__doc__.split("\n\n")[0])
-    roles = top.add_subparsers(dest="role", required=True)
-    for name, handler in (("run", cmd_run), ("launcher", cmd_launcher)):
-        sub = roles.add_parser(name)
-        sub.add_argument("--script", type=Path, required=True, help="the operator script (read-only mount)")
-        sub.add_argument("--deadline-seconds", type=float, required=True)
-        sub.add_argument("--workdir", type=Path, default=Path("/signal/work"), help="writable scratch directory")
-        sub.add_argument("--termination-log", type=Path, default=Path("/dev/termination-log"))
-        if name == "launcher":
-            sub.add_argument("--hostfile", type=Path, default=Path("/etc/mpi/hostfile"))
-            sub.add_argument("--slots", type=int, choices=range(1, 9), default=1, help="ranks per host")
-        sub.set_defaults(handler=handler)
-    rank = roles.add_parser("rank")
-    rank.add_argument("--script", type=Path, required=True)
-    rank.add_argument("--deadline-seconds", type=float, required=True)
-    rank.set_defaults(handler=cmd_rank)
-    worker = roles.add_parser("worker")
-    worker.add_argument("--sshd", default=None, help="sshd binary to exec, when the image has one")
-    worker.set_defaults(handler=cmd_worker)
-    return top
+def parser() -> Parser:
+    script = Option("--script", Path, required=True, help="the operator script (read-only mount)")
+    deadline = Option("--deadline-seconds", float, required=True)
+    pod = (
+        script,
+        deadline,
+        Option("--workdir", Path, default=Path("/signal/work"), help="writable scratch directory"),
+        Option("--termination-log", Path, default=Path("/dev/termination-log")),
+    )
+    launcher = (
+        *pod,
+        Option("--hostfile", Path, default=Path("/etc/mpi/hostfile")),
+        Option("--slots", int, default=1, choices=range(1, 9), help="ranks per host"),
+    )
+    sshd = Option("--sshd", str, help="sshd binary to exec, when the image has one")
+    roles = {
+        "run": Role(pod, cmd_run),
+        "launcher": Role(launcher, cmd_launcher),
+        "rank": Role((script, deadline), cmd_rank),
+        "worker": Role((sshd,), cmd_worker),
+    }
+    return Parser("signal-runner", __doc__.split("\n\n")[0], roles)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

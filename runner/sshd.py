@@ -15,7 +15,6 @@ launcher's ssh session started takes what it lacks from there (``signal-runner r
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -51,6 +50,8 @@ def prepare_host_key(state_dir: Path, keygen: str = SSH_KEYGEN) -> Path:
     key = state_dir / HOST_KEY_NAME
     if key.exists():
         return key
+    import subprocess  # noqa: PLC0415 - the worker's alone: every rank imports this module, and starts without it
+
     try:
         done = subprocess.run(
             [keygen, "-q", "-t", "ed25519", "-N", "", "-C", "signal-runner-worker", "-f", str(key)],

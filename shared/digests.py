@@ -15,15 +15,16 @@ So, with the keys written to files in an empty directory:
 ``deploy/tools/bundle-digest.sh`` does exactly that from a ConfigMap's JSON.
 Keys are ConfigMap keys (``[-._a-zA-Z0-9]+``), so no escaping is ever involved.
 
-Canonical JSON: sorted keys, UTF-8, no insignificant white space. Pure; no I/O.
+Canonical JSON (``canonical_json``, re-exported from shared/canonical.py): sorted keys, UTF-8,
+no insignificant white space. Pure; no I/O.
 """
 
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Mapping
-from typing import Any
+
+from shared.canonical import canonical_json
 
 DIGEST_PREFIX = "sha256:"
 
@@ -60,13 +61,17 @@ def bundle_digest(data: Mapping[str, str], binary_data: Mapping[str, str]) -> st
     return bundle_digest_of_files(bundle_bytes(data, binary_data))
 
 
-def canonical_json(document: Any) -> bytes:
-    """Canonical serialisation: sorted keys, UTF-8, no insignificant white space."""
-    return json.dumps(document, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
-        "utf-8"
-    )
-
-
 def sha256_digest(payload: bytes) -> str:
     """``sha256:<hex>`` of ``payload``."""
     return DIGEST_PREFIX + hashlib.sha256(payload).hexdigest()
+
+
+__all__ = [
+    "DIGEST_PREFIX",
+    "BundleError",
+    "bundle_bytes",
+    "bundle_digest",
+    "bundle_digest_of_files",
+    "canonical_json",
+    "sha256_digest",
+]
