@@ -1,4 +1,5 @@
-"""Raw-JSON requests and watches over aiohttp, to the ``kubeio.transport.Endpoint`` configured.
+"""Raw-JSON requests and watches over HTTP/1.1 (kubeio/http.py), to the ``kubeio.transport.Endpoint``
+configured.
 
 The edge of the services: every request has a timeout, every failure leaves as a
 ``kubeio.errors.ApiError`` (``TransportError`` when no answer came), retryable reads are
@@ -13,12 +14,11 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 from urllib.parse import urlencode
 
-import aiohttp
 import structlog
-from yarl import URL
 
 from kubeio import crashpoints
 from kubeio.errors import ApiError, NotFound, TooManyRequests, TransportError, error_for, parse_retry_after
+from kubeio.http import HttpError, Pool, Response
 from kubeio.transport import ConfigError, Endpoint, from_kubeconfig, in_cluster
 
 Obj = dict[str, Any]
@@ -34,8 +34,6 @@ WATCH_GRACE = 30
 MAX_RETRY_WAIT = 5.0
 MAX_CONNECTIONS = 100
 """Connections open to the API server at once (each watch holds one)."""
-READ_BUFFER = 2**21
-"""aiohttp's read buffer: one watch event can be a whole object of up to etcd's 1.5 MiB."""
 log = structlog.get_logger("kubeio")
 
 
@@ -96,7 +94,7 @@ class Kube:
     def __init__(self, endpoint: Endpoint, *, field_manager: str, timeout: float = 30.0, retries: int = 2) -> None:
         self.endpoint = endpoint
         self.host = endpoint.host
-        self._session: aiohttp.ClientSession | None = None
+        self._pool_: Pool | None = None
         self.field_manager = field_manager
         self.timeout = timeout
         self.retries = retries
@@ -119,17 +117,16 @@ class Kube:
             endpoint = from_kubeconfig(kubeconfig)
         return cls(endpoint, field_manager=field_manager, timeout=timeout)
 
-    def _pool(self) -> aiohttp.ClientSession:
+    def _pool(self) -> Pool:
         """The connection pool, opened at the first request (inside the event loop)."""
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=MAX_CONNECTIONS, ssl=self.endpoint.ssl)
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=True, read_bufsize=READ_BUFFER)
-        return self._session
+        if self._pool_ is None:
+            self._pool_ = Pool(self.host, self.endpoint.ssl, self.endpoint.server_hostname, limit=MAX_CONNECTIONS)
+        return self._pool_
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool_ is not None:
+            await self._pool_.close()
+            self._pool_ = None
 
     async def _send(
         self,
@@ -139,8 +136,9 @@ class Kube:
         body: Any = None,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
-        timeout: float | aiohttp.ClientTimeout,
-    ) -> Any:
+        read_timeout: float | None = None,
+    ) -> Response:
+        """Send one request; its answer's head read within ``self.timeout`` (or ``read_timeout``)."""
         headers = {"Content-Type": content_type, "Accept": "application/json"}
         verb = _verb(method, path, query)
         self.requests[verb] = self.requests.get(verb, 0) + 1
@@ -154,26 +152,28 @@ class Kube:
             raise TransportError(f"no credentials: {exc}", method, path) from exc
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        url = f"{self.host}{path}" + (f"?{urlencode(query)}" if query else "")
+        target = path + (f"?{urlencode(query)}" if query else "")
+        payload = None if body is None else json.dumps(body).encode()
+        deadline = None if read_timeout is not None else time.monotonic() + self.timeout
         try:
             return await self._pool().request(
                 method,
-                URL(url, encoded=True),
-                headers=headers,
-                data=None if body is None else json.dumps(body),
-                timeout=timeout if isinstance(timeout, aiohttp.ClientTimeout) else aiohttp.ClientTimeout(total=timeout),
-                server_hostname=self.endpoint.server_hostname,
+                target,
+                headers,
+                payload,
+                deadline=deadline,
+                connect_timeout=self.timeout,
+                read_timeout=read_timeout,
             )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (HttpError, ValueError) as exc:
             raise TransportError(_describe(exc), method, path) from exc
 
     async def _once(self, method: str, path: str, body: Any, query: Mapping[str, str] | None, content_type: str) -> Obj:
-        response = await self._send(
-            method, path, body=body, query=query, content_type=content_type, timeout=self.timeout
-        )
+        started = time.monotonic()
+        response = await self._send(method, path, body=body, query=query, content_type=content_type)
         try:
-            payload = await response.read()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            payload = await response.read(deadline=started + self.timeout)
+        except HttpError as exc:
             raise TransportError(f"reading the answer: {_describe(exc)}", method, path) from exc
         finally:
             response.release()
@@ -291,16 +291,13 @@ class Kube:
             **(query or {}),
             **extra,
         }
-        seconds = int(params["timeoutSeconds"])
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=self.timeout, sock_connect=self.timeout, sock_read=seconds + WATCH_GRACE
-        )
-        response = await self._send("GET", path, query=params, timeout=timeout)
+        silent = int(params["timeoutSeconds"]) + WATCH_GRACE
+        response = await self._send("GET", path, query=params, read_timeout=silent)
         try:
             if response.status >= 300:
                 try:
-                    payload = await response.read()
-                except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                    payload = await response.read(deadline=time.monotonic() + self.timeout)
+                except HttpError as exc:
                     raise TransportError(f"reading the answer: {_describe(exc)}", "WATCH", path) from exc
                 try:
                     decoded = json.loads(payload or b"{}")
@@ -311,10 +308,10 @@ class Kube:
             if opened is not None:
                 opened()
             try:
-                async for line in response.content:
+                async for line in response.lines(silent):
                     if line.strip():
                         yield json.loads(line)
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            except HttpError as exc:
                 raise TransportError(f"watch stream: {_describe(exc)}", "WATCH", path) from exc
         finally:
             response.release()
