@@ -17,12 +17,15 @@ processes. Used by ``localcluster.realnode.node`` and ``.pool``.
 
 import json
 import subprocess
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 MAX_SLOTS = 32
 MAX_NODES = 8
 BRIDGE_PREFIX = "signal-br"
+NODE_LINK_PREFIX = "sn"
+"""A node's host link is ``sn<slot>-<index>`` (``attach_node``)."""
 CLUSTER_DOMAIN = "cluster.local"
 SERVICE_CIDR = "10.96.0.0/16"
 DNS_SERVICE_IP = "10.96.0.10"
@@ -176,7 +179,7 @@ def attach_node(network: ClusterNetwork, index: int, holder_pid: int, node_count
     """Connect the network namespace of ``holder_pid`` as node ``index``: a veth whose node end
     is ``eth0`` with the node's address, a default route via the host, routes to the other
     nodes' Pod ranges, forwarding inside the node, and the host's route to this node's Pods."""
-    host_end = f"sn{network.slot}-{index}"
+    host_end = f"{NODE_LINK_PREFIX}{network.slot}-{index}"
     run_ip("link", "add", host_end, "type", "veth", "peer", "name", "eth0", "netns", str(holder_pid))
     run_ip("link", "set", host_end, "master", network.bridge, "up")
     inside = holder_pid
@@ -193,10 +196,23 @@ def attach_node(network: ClusterNetwork, index: int, holder_pid: int, node_count
 
 
 def used_slots() -> set[int]:
-    """Slots whose bridge exists on this machine."""
+    """Slots whose bridge, or any node link (``sn<slot>-<index>``), exists on this machine.
+
+    A node's host link goes when its network namespace is destroyed, which the kernel does
+    asynchronously after the namespace's last process exits: just after an earlier cluster of
+    this slot stopped, its bridge is gone but a link may remain for a moment, and a cluster
+    taking the slot then would fail to add a link of the same name (``File exists``)."""
+    return slots_of(path.name for path in Path("/sys/class/net").iterdir())
+
+
+def slots_of(links: Iterable[str]) -> set[int]:
+    """The slots that the host's links named ``links`` hold (``used_slots``). Pure."""
     found = set()
-    for path in Path("/sys/class/net").iterdir():
-        suffix = path.name.removeprefix(BRIDGE_PREFIX)
-        if path.name.startswith(BRIDGE_PREFIX) and suffix.isdigit():
+    for name in links:
+        suffix = name.removeprefix(BRIDGE_PREFIX)
+        if name.startswith(BRIDGE_PREFIX) and suffix.isdigit():
             found.add(int(suffix))
+        slot, dash, index = name.removeprefix(NODE_LINK_PREFIX).partition("-")
+        if name.startswith(NODE_LINK_PREFIX) and dash and slot.isdigit() and index.isdigit():
+            found.add(int(slot))
     return found

@@ -172,3 +172,19 @@ def test_a_long_nodes_directory_becomes_a_short_one_it_links_to(tmp_path: Path) 
         assert len(str(socket)) < 104
     finally:
         shutil.rmtree(directory)
+
+
+@pytest.mark.parametrize(
+    ("links", "slots"),
+    [
+        (["lo", "eth0", "docker0"], set()),
+        (["signal-br0", "sn0-0", "sn0-1"], {0}),
+        # An earlier cluster of slot 1 has stopped: its bridge is gone, but the kernel has not
+        # yet destroyed a node's namespace, whose host link sn1-2 remains for a moment.
+        (["signal-br0", "sn1-2"], {0, 1}),
+        (["signal-br3"], {3}),
+        (["snap0", "sn-1", "snx-1", "sn2-", "signal-brx"], set()),
+    ],
+)
+def test_a_slot_is_held_while_its_bridge_or_any_node_link_remains(links: list[str], slots: set[int]) -> None:
+    assert network.slots_of(links) == slots
