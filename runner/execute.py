@@ -24,7 +24,10 @@ try:  # The interpreter's own SHA-256 (3.11: _sha256; 3.12+: _sha2): hashlib loa
     # libcrypto first, a few milliseconds of every runner's start. The same digest either way.
     from _sha256 import sha256  # type: ignore[import-not-found]
 except ImportError:  # pragma: no cover - the interpreter of the image or of the test decides
-    from hashlib import sha256
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found]
+    except ImportError:
+        from hashlib import sha256
 
 SAFE_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PASS_THROUGH_PREFIXES: Final = ("NVIDIA_", "CUDA_", "NCCL_", "UCX_")
