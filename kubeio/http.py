@@ -13,7 +13,6 @@ its end. Every failure without a complete answer is an ``HttpError``.
 """
 
 import asyncio
-import base64
 import os
 import ssl
 import time
@@ -21,10 +20,10 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-MAX_HEADER_BYTES = 64 * 1024
-"""The status line and headers of one answer, at most."""
+from kubeio.httpwire import MAX_HEADER_BYTES, HttpError, connect_tunnel, describe, proxy_for, read_head
+
 MAX_LINE_BYTES = 16 * 1024 * 1024
 """One line of a streamed body (a watch event: an object of up to etcd's 1.5 MiB), at most."""
 IDLE_SECONDS = 60.0
@@ -34,10 +33,6 @@ CHUNK = 2**16
 REPLAYABLE = frozenset({"GET", "HEAD"})
 """Requests sent again when a kept connection turns out closed before any answer."""
 T = TypeVar("T")
-
-
-class HttpError(Exception):
-    """No complete answer: the connection failed, closed, timed out, or the answer is malformed."""
 
 
 @dataclass
@@ -106,7 +101,7 @@ class Response:
             try:
                 raw = await _timed(self._next(reader), deadline, read_timeout)
             except (OSError, ssl.SSLError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-                raise HttpError(f"reading the body: {_describe(exc)}") from exc
+                raise HttpError(f"reading the body: {describe(exc)}") from exc
             if raw and self._gunzip is not None:
                 try:
                     raw = self._gunzip.decompress(raw)
@@ -240,7 +235,6 @@ class Pool:
         every, self._open_connections, self._idle = list(self._open_connections.values()), {}, []
         for connection in every:
             connection.writer.transport.abort()
-        await asyncio.sleep(0)  # the transports' connection_lost callbacks run now, not after the loop
 
     def _take(self) -> Connection | None:
         while self._idle:
@@ -265,14 +259,14 @@ class Pool:
             reader, writer = await asyncio.open_connection(proxy_host, proxy_port, limit=STREAM_LIMIT)
             if self.tls:
                 try:
-                    await _connect_tunnel(reader, writer, f"{_bracket(self.host)}:{self.port}", authorization)
+                    await connect_tunnel(reader, writer, f"{_bracket(self.host)}:{self.port}", authorization)
                     await writer.start_tls(self._tls(), server_hostname=self._name())  # type: ignore[arg-type]
                 except BaseException:
                     writer.close()
                     raise
             return Connection(reader, writer)
         except (OSError, ssl.SSLError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-            raise HttpError(f"cannot connect to {self.base}: {_describe(exc)}") from exc
+            raise HttpError(f"cannot connect to {self.base}: {describe(exc)}") from exc
 
     def _tls(self) -> ssl.SSLContext | None:
         if not self.tls:
@@ -303,14 +297,14 @@ class Pool:
             status_line = await connection.reader.readuntil(b"\r\n")
         except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as exc:
             if isinstance(exc, asyncio.IncompleteReadError) and exc.partial:
-                raise HttpError(f"the answer ended in its status line: {_describe(exc)}") from exc
+                raise HttpError(f"the answer ended in its status line: {describe(exc)}") from exc
             raise _StaleConnection from exc
         except (OSError, ssl.SSLError, asyncio.LimitOverrunError) as exc:
-            raise HttpError(f"{method} {target}: {_describe(exc)}") from exc
+            raise HttpError(f"{method} {target}: {describe(exc)}") from exc
         try:
-            version, status, fields = await _head(connection.reader, status_line)
+            version, status, fields = await read_head(connection.reader, status_line)
         except (OSError, ssl.SSLError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
-            raise HttpError(f"{method} {target}: reading the answer's headers: {_describe(exc)}") from exc
+            raise HttpError(f"{method} {target}: reading the answer's headers: {describe(exc)}") from exc
         encoding = fields.get("transfer-encoding", "").lower()
         chunked = "chunked" in encoding
         length = fields.get("content-length")
@@ -333,59 +327,6 @@ class _StaleConnection(Exception):
     """A connection that failed before any byte of an answer: the server had closed it."""
 
 
-async def _head(reader: asyncio.StreamReader, status_line: bytes) -> tuple[str, int, dict[str, str]]:
-    """The version, status and headers (names in lower case) of an answer."""
-    parts = status_line.decode("latin-1").split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-        raise HttpError(f"malformed status line {status_line[:80]!r}")
-    fields: dict[str, str] = {}
-    size = len(status_line)
-    while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
-        size += len(line)
-        if size > MAX_HEADER_BYTES:
-            raise HttpError(f"the answer's headers exceed {MAX_HEADER_BYTES} bytes")
-        name, sep, value = line.decode("latin-1").partition(":")
-        if not sep:
-            raise HttpError(f"malformed header line {line[:80]!r}")
-        fields[name.strip().lower()] = value.strip()
-    return parts[0], int(parts[1]), fields
-
-
-async def _connect_tunnel(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, authority: str, authorization: str
-) -> None:
-    lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
-    if authorization:
-        lines.append(f"Proxy-Authorization: {authorization}")
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-    await writer.drain()
-    _, status, _ = await _head(reader, await reader.readuntil(b"\r\n"))
-    if status != 200:
-        raise HttpError(f"the proxy refused CONNECT {authority}: HTTP {status}")
-
-
-def proxy_for(scheme: str, host: str, port: int, environ: Mapping[str, str]) -> tuple[str, int, str] | None:
-    """The proxy (host, port, Proxy-Authorization) for ``scheme://host:port`` as the usual
-    variables name it (lower case first), or None: none set, or ``NO_PROXY`` names the host."""
-
-    def variable(name: str) -> str:
-        return environ.get(name.lower()) or environ.get(name.upper()) or ""
-
-    url = variable(f"{scheme}_proxy")
-    if not url:
-        return None
-    if any(_bypassed(entry.strip().lower(), host.lower(), port) for entry in variable("no_proxy").split(",")):
-        return None
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme != "http" or not parts.hostname:
-        raise HttpError(f"unsupported proxy {url!r} for {scheme}: expected http://host:port")
-    authorization = ""
-    if parts.username is not None:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        authorization = "Basic " + base64.b64encode(pair).decode()
-    return parts.hostname, parts.port or 80, authorization
-
-
 async def _timed(step: Awaitable[T], deadline: float | None, timeout: float | None) -> T:
     """``step`` within the earlier of ``deadline`` (``time.monotonic()``) and ``timeout`` seconds."""
     limits = [x for x in (None if deadline is None else deadline - time.monotonic(), timeout) if x is not None]
@@ -399,30 +340,8 @@ async def _timed(step: Awaitable[T], deadline: float | None, timeout: float | No
         raise HttpError(f"no answer within {seconds:.1f}s") from exc
 
 
-def _bypassed(entry: str, host: str, port: int) -> bool:
-    """Whether one ``NO_PROXY`` entry names ``host:port``: ``*``, a name and its subdomains
-    (``example.com``, ``.example.com``, ``*.example.com``), optionally with ``:port``, an address,
-    or a network (``10.96.0.0/12``)."""
-    if entry == "*":
-        return True
-    if "/" in entry:
-        import ipaddress  # noqa: PLC0415 - only for a network in NO_PROXY
-
-        try:
-            return ipaddress.ip_address(host) in ipaddress.ip_network(entry, strict=False)
-        except ValueError:
-            return False
-    name, _, only = entry.rpartition(":") if entry.count(":") == 1 else (entry, "", "")
-    if only and only != str(port):
-        return False
-    name = name.strip("[]").lstrip("*").lstrip(".")
-    return bool(name) and (host == name or host.endswith("." + name))
-
-
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+__all__ = ["MAX_HEADER_BYTES", "MAX_LINE_BYTES", "HttpError", "Pool", "Response", "proxy_for"]

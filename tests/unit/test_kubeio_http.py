@@ -141,7 +141,6 @@ async def test_a_connection_the_server_closed_while_idle_is_not_used_again() -> 
     async with serve(once) as (url, _):
         pool = Pool(url, None, environ={})
         assert await get(pool) == (200, b"one")
-        await asyncio.sleep(0)  # not a wait for a condition: the close may be seen by now, or not
         assert await get(pool) == (200, b"one")
         await pool.close()
     assert connections == 2
