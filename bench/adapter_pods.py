@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.cpu import CpuWindow, cpu_seconds, processes
 from bench.floors import growth, pod_fanout_floor, row, step_floor
 from localcluster.cluster import LocalCluster
 from localcluster.kube import resource_path
@@ -69,6 +70,27 @@ def process_started(pid: int) -> float:
     return time.time() - (since_boot - ticks / os.sysconf("SC_CLK_TCK"))
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's children that have exited and been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _last_cpu(pid: int) -> float:
+    """The CPU seconds of ``pid`` last seen while it ran, read every 20 ms until cancelled."""
+    seen = 0.0
+    try:
+        while True:
+            seen = max(seen, cpu_seconds(pid))
+            await asyncio.sleep(0.02)  # sampling a process's CPU time, not waiting for an event
+    except asyncio.CancelledError:
+        return seen
+
+
+async def _result(task: "asyncio.Task[float]") -> float:
+    return await task
+
+
 def _at(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
@@ -79,10 +101,16 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
     world = AdapterWorld(cluster, cluster.admin, namespace, workdir)
     await world.setup(participants, {"noop.sh": "#!/bin/sh\nexit 0\n"}, [check("noop", "noop.sh")])
     log = workdir / "requests.tsv"
+    window, children = CpuWindow(processes({"bench (process kubelet)": os.getpid()})).begin(), _children_cpu()
     process, outputs = await world.spawn(0, SIGNAL_REQUEST_LOG=str(log))
     started = process_started(process.pid)  # the adapter's own start (goal 7), not its token's request
+    adapter_cpu = asyncio.create_task(_last_cpu(process.pid))
     out, _ = await process.communicate()
     finished = time.time()
+    window.end()
+    adapter_cpu.cancel()
+    window.used["adapter"] = await _result(adapter_cpu)
+    window.used["runners"] = _children_cpu() - children - window.used["adapter"]
     values = {p.name: p.read_text() for p in outputs.iterdir()} if outputs.exists() else {}
     if process.returncode != 0 or values.get("verdict") != "Pass":
         print(out.decode(errors="replace"))
@@ -111,8 +139,13 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
     print("API requests by verb: " + ", ".join(f"{v} {n}" for v, n in sorted(verbs.items())))
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"peak RSS of the largest child process (adapter or a runner): {children:.1f} MiB")
+    print(window.describe(finished - started))
+    window, children = CpuWindow(processes({"bench (process kubelet)": os.getpid()})).begin(), _children_cpu()
     fanout = await pod_fanout_floor(cluster, world.nodes, namespace)
+    window.end()
+    window.used["`true` processes"] = _children_cpu() - children
     print(fanout.describe())
+    print(window.describe(fanout.gone))
     step = await step_floor(cluster, world.nodes[0], namespace, repeats=2)
     print(step.describe())
     await world.cleanup()

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-CONTROL_PLANE = ("kube-apiserver", "etcd")
+CONTROL_PLANE = ("kube-apiserver", "etcd", "kube-scheduler", "kube-controller-manager")
 """The local control plane's processes: each one the kplane binary with its name as argv[1]."""
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -14,7 +14,6 @@ import select
 import signal
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final, NamedTuple
 
 from runner.document import Stream
@@ -37,6 +36,9 @@ PASS_THROUGH_KEYS: Final = ("TMPDIR", "LD_LIBRARY_PATH")
 MPI_PREFIXES: Final = ("OMPI_", "PMIX_", "OPAL_", "PRTE_")
 """Environment an MPI rank inherits from OpenMPI's launcher; needed for MPI_Init."""
 KILL_GRACE_SECONDS: Final = 2.0
+StrPath = str | os.PathLike[str]
+"""A file's path: the runner's own are strings (``pathlib`` is a fifth of its start), a
+caller's may be ``Path``s."""
 
 
 class ScriptError(RuntimeError):
@@ -51,32 +53,33 @@ class Outcome(NamedTuple):
     finished: float
 
 
-def script_argv(script: Path) -> list[str]:
+def script_argv(script: StrPath) -> list[str]:
     """The command that runs ``script``: its ``#!`` interpreter (with at most one argument,
     as Linux passes it) or ``/bin/sh``."""
+    script = os.fspath(script)
     try:
-        with script.open("rb") as handle:
+        with open(script, "rb") as handle:
             first = handle.readline(512)
     except OSError as exc:
         raise ScriptError(f"cannot read script {script}: {exc.strerror}") from exc
     if not first.startswith(b"#!"):
-        return ["/bin/sh", str(script)]
+        return ["/bin/sh", script]
     line = first[2:].strip().decode("utf-8", errors="replace")
     if not line:
         raise ScriptError(f"script {script} has an empty interpreter line")
     parts = line.split(None, 1)
-    return [parts[0], *(parts[1:] and [parts[1].strip()]), str(script)]
+    return [parts[0], *(parts[1:] and [parts[1].strip()]), script]
 
 
 def clean_environment(
-    inherited: Mapping[str, str], extra: Mapping[str, str], *, home: Path, mpi: bool = False
+    inherited: Mapping[str, str], extra: Mapping[str, str], *, home: StrPath, mpi: bool = False
 ) -> dict[str, str]:
     """Only what a script should see: a fixed PATH, HOME, LANG, the container's TMPDIR,
     Signal's identity variables (``extra``), GPU-runtime variables and, for MPI ranks,
     OpenMPI's own."""
     prefixes = PASS_THROUGH_PREFIXES + (MPI_PREFIXES if mpi else ())
     env = {k: v for k, v in inherited.items() if k.startswith(prefixes) or k in PASS_THROUGH_KEYS}
-    env.update({"PATH": SAFE_PATH, "HOME": str(home), "LANG": "C.UTF-8"})
+    env.update({"PATH": SAFE_PATH, "HOME": os.fspath(home), "LANG": "C.UTF-8"})
     env.update(extra)
     return env
 
@@ -84,9 +87,9 @@ def clean_environment(
 def run_script(
     argv: list[str],
     env: Mapping[str, str],
-    cwd: Path,
-    stdout: Path | None,
-    stderr: Path | None,
+    cwd: StrPath,
+    stdout: StrPath | None,
+    stderr: StrPath | None,
     deadline_seconds: float,
 ) -> Outcome:
     """Run ``argv`` until it exits or the deadline passes (then TERM, then KILL the group).
@@ -100,8 +103,8 @@ def run_script(
     was given beyond those is closed in the child (``close_fds``)."""
     started = time.time()
     with (
-        stdout.open("wb") if stdout else open(os.devnull, "wb") as out,
-        stderr.open("wb") if stderr else open(os.devnull, "wb") as err,
+        open(stdout or os.devnull, "wb") as out,
+        open(stderr or os.devnull, "wb") as err,
     ):
         actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = [
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
@@ -133,7 +136,7 @@ def run_script(
     return Outcome(code, None, timed_out, started, time.time())
 
 
-def _spawn(argv: list[str], env: Mapping[str, str], cwd: Path, actions: list[Any]) -> int:
+def _spawn(argv: list[str], env: Mapping[str, str], cwd: StrPath, actions: list[Any]) -> int:
     """Start ``argv`` (a bare name searched on ``env``'s PATH, as ``subprocess`` does) in
     ``cwd``, which the runner enters for the spawn and leaves again (it has one thread)."""
     program = argv[0] if "/" in argv[0] else _on_path(argv[0], env.get("PATH", SAFE_PATH))
@@ -213,14 +216,14 @@ def _kill_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def summarise(path: Path, tail_chars: int = MAX_TAIL_CHARS) -> Stream:
+def summarise(path: StrPath, tail_chars: int = MAX_TAIL_CHARS) -> Stream:
     """Full sha256 and size of a captured stream, and its last ``tail_chars`` characters."""
     digest = sha256()
     size = 0
     tail = b""
     keep = tail_chars * 4
-    if path.exists():
-        with path.open("rb") as handle:
+    if os.path.exists(path):
+        with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 16), b""):
                 digest.update(block)
                 size += len(block)

@@ -19,22 +19,22 @@ rank): the runner imports only the standard library and the stdlib-only modules 
 (tests/unit/test_runner_wire.py fails otherwise).
 """
 
+import contextlib
 import os
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from types import SimpleNamespace
 
 from runner.argv import Option, Parser, Role
 from runner.document import Identity, Result
-from runner.execute import ScriptError, clean_environment, run_script, script_argv
+from runner.execute import ScriptError, StrPath, clean_environment, run_script, script_argv
 from runner.report import build_result, error_result, fit, read_measurements
 from shared.limits import MAX_PARTICIPANTS
 from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, ResultError, is_unicode
 from shared.verdict import Verdict
 
-LAUNCH = Path(__file__).with_name("launch.py")
+LAUNCH = os.path.join(os.path.dirname(__file__), "launch.py")
 """The runner's entrypoint file (runner/launch.py), which MPI ranks are started with."""
 IDENTITY_ENV = ("SIGNAL_NODE_NAME", "SIGNAL_POD_NAME", "SIGNAL_POD_UID")
 SCRIPT_ENV_KEYS = ("SIGNAL_RUN_NAME", "SIGNAL_RUN_UID", "SIGNAL_CHECK", "SIGNAL_NAMESPACE", *IDENTITY_ENV)
@@ -66,19 +66,20 @@ def _identity(role: str) -> Identity:
     )
 
 
-def _write(result: Result, termination_log: Path) -> int:
+def _write(result: Result, termination_log: StrPath) -> int:
     payload = fit(result)
     if payload is None:
         print("signal-runner: the result does not fit the termination message; writing none", file=sys.stderr)
         return 2
-    termination_log.write_bytes(payload)
+    with open(termination_log, "wb") as handle:
+        handle.write(payload)
     print(f"signal-runner: verdict {result.verdict.value}: {result.reason}", file=sys.stderr)
     return 0 if result.verdict == Verdict.PASS else 1
 
 
-def _script_env(workdir: Path, extra: dict[str, str], *, mpi_rank: bool = False) -> dict[str, str]:
-    home = workdir / "home"
-    home.mkdir(parents=True, exist_ok=True)
+def _script_env(workdir: StrPath, extra: dict[str, str], *, mpi_rank: bool = False) -> dict[str, str]:
+    home = os.path.join(workdir, "home")
+    os.makedirs(home, exist_ok=True)
     signal_env = {k: os.environ[k] for k in SCRIPT_ENV_KEYS if k in os.environ}
     signal_env.update(extra)
     return clean_environment(os.environ, signal_env, home=home, mpi=mpi_rank)
@@ -86,43 +87,40 @@ def _script_env(workdir: Path, extra: dict[str, str], *, mpi_rank: bool = False)
 
 def cmd_run(args: SimpleNamespace) -> int:
     identity = _identity("pod")
-    workdir: Path = args.workdir
-    workdir.mkdir(parents=True, exist_ok=True)
-    measurements = workdir / "measurements.json"
-    measurements.unlink(missing_ok=True)
+    workdir: str = args.workdir
+    os.makedirs(workdir, exist_ok=True)
+    measurements, stdout, stderr = (os.path.join(workdir, name) for name in ("measurements.json", "stdout", "stderr"))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(measurements)
     env = _script_env(
         workdir,
         {
             "SIGNAL_PARTICIPANT_INDEX": str(identity.participant_index),
-            "SIGNAL_MEASUREMENTS_FILE": str(measurements),
-            "SIGNAL_WORKDIR": str(workdir),
+            "SIGNAL_MEASUREMENTS_FILE": measurements,
+            "SIGNAL_WORKDIR": workdir,
         },
     )
     started = time.time()
     try:
         argv = script_argv(args.script)
-        outcome = run_script(argv, env, workdir, workdir / "stdout", workdir / "stderr", float(args.deadline_seconds))
+        outcome = run_script(argv, env, workdir, stdout, stderr, float(args.deadline_seconds))
     except ScriptError as exc:
         return _write(error_result(identity, str(exc), started, time.time()), args.termination_log)
-    result = build_result(
-        identity,
-        outcome,
-        measurements_file=measurements,
-        stdout_file=workdir / "stdout",
-        stderr_file=workdir / "stderr",
-    )
+    result = build_result(identity, outcome, measurements_file=measurements, stdout_file=stdout, stderr_file=stderr)
     return _write(result, args.termination_log)
 
 
 def cmd_launcher(args: SimpleNamespace) -> int:
+    from pathlib import Path  # noqa: PLC0415 - the launcher's alone: a Pod check's runner starts without it
+
     from runner import mpi  # noqa: PLC0415 - the MPI roles' alone: a Pod check's runner starts without it
 
     identity = _identity("launcher")
-    workdir: Path = args.workdir
+    workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.time()
     try:
-        hosts = mpi.read_hostfile(args.hostfile.read_text())
+        hosts = mpi.read_hostfile(Path(args.hostfile).read_text())
     except (OSError, UnicodeDecodeError) as exc:
         return _write(
             error_result(identity, f"cannot read hostfile {args.hostfile}: {exc}", started, time.time()),
@@ -153,7 +151,7 @@ def cmd_launcher(args: SimpleNamespace) -> int:
     key = mpi.new_report_key()
     env = {**os.environ, "SIGNAL_WORKDIR": str(workdir), mpi.REPORT_KEY_ENV: key}
     outcome = run_script(
-        mpi.mpirun_argv(args.hostfile, len(hosts), rank_command, args.slots),
+        mpi.mpirun_argv(Path(args.hostfile), len(hosts), rank_command, args.slots),
         env,
         workdir,
         workdir / "stdout",
@@ -182,6 +180,8 @@ def cmd_launcher(args: SimpleNamespace) -> int:
 
 
 def cmd_rank(args: SimpleNamespace) -> int:
+    from pathlib import Path  # noqa: PLC0415 - the rank role's alone: a Pod check's runner starts without it
+
     from runner import mpi  # noqa: PLC0415 - the MPI roles' alone: a Pod check's runner starts without it
     from runner import sshd as sshd_role  # noqa: PLC0415 - the rank role's alone
 
@@ -214,7 +214,7 @@ def cmd_rank(args: SimpleNamespace) -> int:
     )
     # The worker's environment names the script where its Pod mounts it; without it (no
     # record either) the launcher's path (the same mount).
-    script = Path(os.environ["SIGNAL_SCRIPT"]) if os.environ.get("SIGNAL_SCRIPT") else args.script
+    script = os.environ.get("SIGNAL_SCRIPT") or args.script
     try:
         outcome = run_script(script_argv(script), env, workdir, None, None, float(args.deadline_seconds))
         code = outcome.exit_code if outcome.exit_code is not None else 128 + (outcome.signal or 0)
@@ -242,17 +242,17 @@ def cmd_worker(args: SimpleNamespace) -> int:
 
 
 def parser() -> Parser:
-    script = Option("--script", Path, required=True, help="the operator script (read-only mount)")
+    script = Option("--script", str, required=True, help="the operator script (read-only mount)")
     deadline = Option("--deadline-seconds", float, required=True)
     pod = (
         script,
         deadline,
-        Option("--workdir", Path, default=Path("/signal/work"), help="writable scratch directory"),
-        Option("--termination-log", Path, default=Path("/dev/termination-log")),
+        Option("--workdir", str, default="/signal/work", help="writable scratch directory"),
+        Option("--termination-log", str, default="/dev/termination-log"),
     )
     launcher = (
         *pod,
-        Option("--hostfile", Path, default=Path("/etc/mpi/hostfile")),
+        Option("--hostfile", str, default="/etc/mpi/hostfile"),
         Option("--slots", int, default=1, choices=range(1, 9), help="ranks per host"),
     )
     sshd = Option("--sshd", str, help="sshd binary to exec, when the image has one")
@@ -268,7 +268,7 @@ def parser() -> Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "script", None) is not None:
-        args.script = args.script.absolute()
+        args.script = os.path.abspath(args.script)
     code: int = args.handler(args)
     return code
 

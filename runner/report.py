@@ -9,11 +9,11 @@ message's 4 KiB; if even the bare result does not fit, the runner writes nothing
 adapter sees no result (Inconclusive).
 """
 
+import os
 from datetime import UTC, datetime
-from pathlib import Path
 
 from runner.document import Identity, Launcher, Result, Stream, render
-from runner.execute import Outcome, summarise
+from runner.execute import Outcome, StrPath, summarise
 from shared.result_wire import (
     INCONCLUSIVE_EXIT_CODE,
     MAX_REASON_CHARS,
@@ -30,12 +30,13 @@ from shared.verdict import Verdict
 MEASUREMENTS_FILE_LIMIT = 16 * 1024
 
 
-def read_measurements(path: Path) -> MeasurementMap:
+def read_measurements(path: StrPath) -> MeasurementMap:
     """The script's measurements (empty when it wrote none); raise ResultError if invalid."""
-    if not path.exists():
+    if not os.path.exists(path):
         return {}
     try:
-        payload = path.read_bytes()[: MEASUREMENTS_FILE_LIMIT + 1]
+        with open(path, "rb") as handle:
+            payload = handle.read(MEASUREMENTS_FILE_LIMIT + 1)
     except OSError as exc:
         raise ResultError(f"cannot read the measurements file: {exc.strerror}") from exc
     return validate_measurements(strict_json(payload, MEASUREMENTS_FILE_LIMIT))
@@ -64,9 +65,9 @@ def build_result(
     identity: Identity,
     outcome: Outcome,
     *,
-    measurements_file: Path,
-    stdout_file: Path,
-    stderr_file: Path,
+    measurements_file: StrPath,
+    stdout_file: StrPath,
+    stderr_file: StrPath,
     launcher: Launcher | None = None,
     verdict: tuple[Verdict, str] | None = None,
 ) -> Result:
