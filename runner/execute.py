@@ -37,7 +37,7 @@ MPI_PREFIXES: Final = ("OMPI_", "PMIX_", "OPAL_", "PRTE_")
 """Environment an MPI rank inherits from OpenMPI's launcher; needed for MPI_Init."""
 KILL_GRACE_SECONDS: Final = 2.0
 StrPath = str | os.PathLike[str]
-"""A file's path: the runner's own are strings (``pathlib`` is a fifth of its start), a
+"""A file's path: the runner's own are strings (``pathlib`` was an eighth of its start), a
 caller's may be ``Path``s."""
 
 
