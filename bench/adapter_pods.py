@@ -87,10 +87,6 @@ async def _last_cpu(pid: int) -> float:
         return seen
 
 
-async def _result(task: "asyncio.Task[float]") -> float:
-    return await task
-
-
 def _at(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
@@ -101,7 +97,7 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
     world = AdapterWorld(cluster, cluster.admin, namespace, workdir)
     await world.setup(participants, {"noop.sh": "#!/bin/sh\nexit 0\n"}, [check("noop", "noop.sh")])
     log = workdir / "requests.tsv"
-    window, children = CpuWindow(processes({"bench (process kubelet)": os.getpid()})).begin(), _children_cpu()
+    window, children_before = CpuWindow(processes({"bench (process kubelet)": os.getpid()})).begin(), _children_cpu()
     process, outputs = await world.spawn(0, SIGNAL_REQUEST_LOG=str(log))
     started = process_started(process.pid)  # the adapter's own start (goal 7), not its token's request
     adapter_cpu = asyncio.create_task(_last_cpu(process.pid))
@@ -109,8 +105,8 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
     finished = time.time()
     window.end()
     adapter_cpu.cancel()
-    window.used["adapter"] = await _result(adapter_cpu)
-    window.used["runners"] = _children_cpu() - children - window.used["adapter"]
+    window.used["adapter"] = await adapter_cpu
+    window.used["runners"] = _children_cpu() - children_before - window.used["adapter"]
     values = {p.name: p.read_text() for p in outputs.iterdir()} if outputs.exists() else {}
     if process.returncode != 0 or values.get("verdict") != "Pass":
         print(out.decode(errors="replace"))
@@ -140,10 +136,10 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"peak RSS of the largest child process (adapter or a runner): {children:.1f} MiB")
     print(window.describe(finished - started))
-    window, children = CpuWindow(processes({"bench (process kubelet)": os.getpid()})).begin(), _children_cpu()
+    window, children_before = CpuWindow(processes({"bench (process kubelet)": os.getpid()})).begin(), _children_cpu()
     fanout = await pod_fanout_floor(cluster, world.nodes, namespace)
     window.end()
-    window.used["`true` processes"] = _children_cpu() - children
+    window.used["`true` processes"] = _children_cpu() - children_before
     print(fanout.describe())
     print(window.describe(fanout.gone))
     step = await step_floor(cluster, world.nodes[0], namespace, repeats=2)

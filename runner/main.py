@@ -268,7 +268,9 @@ def parser() -> Parser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if getattr(args, "script", None) is not None:
-        args.script = os.path.abspath(args.script)
+        # Joined to the working directory, not normalised (as ``Path.absolute``): a ``..``
+        # after a symbolic link stays the kernel's to resolve.
+        args.script = os.path.join(os.getcwd(), args.script)
     code: int = args.handler(args)
     return code
 
