@@ -46,14 +46,20 @@ class CheckState:
     started: bool
     finished: Finished | None = None
 
+    def head(self) -> str:
+        return f"Run {self.run}: check {self.index + 1}/{self.count} {self.name} ({self.backend})"
+
+    def progress(self) -> str:
+        """The Nodes-done line (a finished check's: all of them)."""
+        return f"{self.head()}: {self.done}/{self.total} Nodes done"
+
     def line(self) -> str:
-        head = f"Run {self.run}: check {self.index + 1}/{self.count} {self.name} ({self.backend})"
         if self.finished is not None:
             nodes = ", ".join(f"{node} {verdict}" for node, verdict in self.finished.participants)
-            return f"{head}: {self.finished.verdict} [{nodes}] evidence {self.finished.digest[:19]}..."
+            return f"{self.head()}: {self.finished.verdict} [{nodes}] evidence {self.finished.digest[:19]}..."
         if not self.started:
-            return f"{head}: waiting"
-        return f"{head}: {self.done}/{self.total} Nodes done"
+            return f"{self.head()}: waiting"
+        return self.progress()
 
 
 def _done_participants(pods: Sequence[Obj], participants: set[int]) -> set[int]:
@@ -103,7 +109,9 @@ def check_states(run: Obj, pods: Sequence[Obj], evidence: dict[int, Finished]) -
 
 @dataclass
 class Tracker:
-    """Prints each check's state once per change."""
+    """Prints each check's state once per change. A check first seen already finished (its Pods
+    all ended between two looks) gets its Nodes-done line before its verdict, so every check
+    shows the same two steps however fast it ran."""
 
     shown: dict[tuple[str, int], str] = field(default_factory=dict)
     evidence: dict[tuple[str, int], Finished] = field(default_factory=dict)
@@ -116,7 +124,10 @@ class Tracker:
             if not state.started and (state.run, state.index) not in self.shown:
                 self.shown[(state.run, state.index)] = line  # "waiting" is not worth a line
                 continue
-            if self.shown.get((state.run, state.index)) != line:
+            before = self.shown.get((state.run, state.index))
+            if before != line:
+                if state.finished is not None and before in (None, f"{state.head()}: waiting"):
+                    lines.append(state.progress())
                 self.shown[(state.run, state.index)] = line
                 lines.append(line)
         return lines

@@ -99,10 +99,18 @@ async def test_pod_spec_is_constrained(world: AdapterWorld, admin: KubeClient) -
     # IPC_LOCK is outside the adapter policy's default (empty) capability list: an operator adds it.
     await configure_adapter_workloads(world.cluster, world.admin, world.namespace, capabilities="IPC_LOCK")
     task = asyncio.create_task(world.adapter(0))
-    pods = await eventually(world.pods, what="the backend Pod")
+
+    async def bound() -> list[dict[str, Any]]:
+        # A Pod naming a Kueue queue is pinned by affinity, not nodeName (a gated Pod may not
+        # carry one): the scheduler binds it, a moment after the adapter creates it.
+        return [p for p in await world.pods() if p["spec"].get("nodeName")]
+
+    pods = await eventually(bound, what="the backend Pod, bound by the scheduler")
     pod = pods[0]
     spec = pod["spec"]
     assert spec["nodeName"] == world.nodes[0]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert [field["values"] for term in terms for field in term.get("matchFields", [])] == [[world.nodes[0]]]
     assert spec["automountServiceAccountToken"] is False
     assert not [v for v in spec.get("volumes", []) if "projected" in v or "secret" in v]
     assert all(

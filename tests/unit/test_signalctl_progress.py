@@ -79,3 +79,25 @@ def test_the_tracker_prints_each_change_once_and_not_the_waiting() -> None:
 def test_a_line_names_the_run_the_check_and_the_nodes() -> None:
     state = CheckState("r", 1, 3, "burn-in", "Pod", total=4, done=3, started=True)
     assert state.line() == "Run r: check 2/3 burn-in (Pod): 3/4 Nodes done"
+
+
+def test_a_check_first_seen_finished_shows_its_nodes_done_before_its_verdict() -> None:
+    finished = Finished("Pass", (("gpu-001", "Pass"), ("gpu-002", "Pass")), "sha256:" + "b" * 64)
+    tracker = Tracker()
+    assert tracker.changes(check_states(run(), [], {})) == []  # waiting: no line
+    assert tracker.changes(check_states(run(), [], {0: finished})) == [
+        "Run r1: check 1/2 inventory (Pod): 2/2 Nodes done",
+        "Run r1: check 1/2 inventory (Pod): Pass [gpu-001 Pass, gpu-002 Pass] evidence sha256:bbbbbbbbbbbb...",
+    ]
+    assert tracker.changes(check_states(run(), [], {0: finished})) == []
+
+
+def test_a_check_seen_running_gets_no_second_nodes_done_line_at_its_verdict() -> None:
+    finished = Finished("Pass", (("gpu-001", "Pass"), ("gpu-002", "Pass")), "sha256:" + "b" * 64)
+    tracker = Tracker()
+    assert tracker.changes(check_states(run(), [pod("inventory", "Running", 0)], {})) == [
+        "Run r1: check 1/2 inventory (Pod): 0/2 Nodes done"
+    ]
+    assert tracker.changes(check_states(run(), [], {0: finished})) == [
+        "Run r1: check 1/2 inventory (Pod): Pass [gpu-001 Pass, gpu-002 Pass] evidence sha256:bbbbbbbbbbbb..."
+    ]
