@@ -44,9 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.admission_report import Figures, goals, report
 from bench.cpu import CpuWindow, processes
-from bench.floors import RequestLog, api_write_floor, rss_mib, writes
+from bench.floors import api_write_floor, rss_mib
 from bench.history import add_history, cold_start
 from bench.polling import runs_of, wait_for
+from bench.requestlog import RequestLog, running_cut, writes
 from bench.throughput_floor import throughput_window_floor
 from bench.window_floor import request_window_floor, write_kinds
 from controller.nodes import node_view
@@ -78,23 +79,6 @@ async def request_all(world: World, profile: str, names: list[str]) -> None:
             await world.request(profile, [name])
 
     await asyncio.gather(*(one(n) for n in names))
-
-
-def running_cut(requests: list, since: float, count: int = 1) -> float | None:  # type: ignore[type-arg]
-    """The time the controller sent the ``count``-th Run status PATCH to Running after ``since``:
-    each the first status PATCH of a Run after a Workflow's create."""
-    submitted = False
-    for r in requests:
-        if r.at < since:
-            continue
-        if r.verb == "POST" and r.path.endswith("/workflows"):
-            submitted = True
-        elif submitted and r.verb == "PATCH" and f"/{keys.RUN_PLURAL}/" in r.path and r.path.endswith("/status"):
-            submitted = False
-            count -= 1
-            if count == 0:
-                return r.at
-    return None
 
 
 async def measure(

@@ -43,8 +43,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.floors import RequestLog, growth, row, step_floor
+from bench.floors import growth, row, step_floor
 from bench.polling import POLL
+from bench.requestlog import RequestLog
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys

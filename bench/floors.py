@@ -12,9 +12,8 @@ measured in the same run as the figure they bound (issue 15). Every benchmark re
   created -> Workflow Succeeded, with the same executor image, the same kubelet and the same
   Argo as Signal's Workflows.
 
-Helpers shared by the benchmarks: :class:`RequestLog` (the ``SIGNAL_REQUEST_LOG`` file kubeio
-writes: time, verb, path per request), :func:`rss_mib`, :func:`row` (one line per goal: floor,
-Signal, ratio, goal) and :func:`growth`."""
+Helpers shared by the benchmarks (the request log is bench/requestlog.py): :func:`rss_mib`,
+:func:`row` (one line per goal: floor, Signal, ratio, goal) and :func:`growth`."""
 
 import asyncio
 import json
@@ -64,46 +63,6 @@ def growth(label: str, small: float, large: float, factor: int, unit: str) -> st
         f"GROWTH {label:<32} 1/{factor} size {small:9.3f} {unit:<3} full {large:9.3f} {unit:<3} "
         f"x{ratio:6.2f} ({verdict})"
     )
-
-
-@dataclass(frozen=True)
-class Request:
-    at: float
-    verb: str
-    path: str
-
-
-class RequestLog:
-    """The request log a service writes with ``SIGNAL_REQUEST_LOG`` (one ``time verb path`` line
-    per request, the time when it was sent, millisecond resolution)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def read(self) -> list[Request]:
-        if not self.path.exists():
-            return []
-        found = []
-        for line in self.path.read_text().splitlines():
-            at, verb, path = line.split("\t", 2)
-            found.append(Request(float(at), verb, path))
-        return found
-
-    @staticmethod
-    def window(requests: Sequence[Request], start: float, end: float) -> list[Request]:
-        """The requests sent in [start, end]."""
-        return [r for r in requests if start <= r.at <= end]
-
-    @staticmethod
-    def verbs(requests: Sequence[Request]) -> Counter[str]:
-        return Counter(r.verb for r in requests)
-
-
-WRITES = ("POST", "PUT", "PATCH", "DELETE")
-
-
-def writes(requests: Sequence[Request]) -> int:
-    return sum(1 for r in requests if r.verb in WRITES)
 
 
 class Bare:

@@ -20,7 +20,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.floors import FLOOR_ANNOTATION, WRITES, Bare, Request, conditional_patch
+from bench.floors import FLOOR_ANNOTATION, Bare, conditional_patch
+from bench.requestlog import WRITES, Request
 from controller.ledger import LEDGER_NAME
 from localcluster.cluster import LocalCluster
 from localcluster.kube import resource_path

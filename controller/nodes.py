@@ -1,6 +1,7 @@
 """A compact, frozen view of a Node: only what admission decides on. Parsed from raw JSON
 (never typed client models) so that 10,000 watched Nodes stay small. Pure."""
 
+import functools
 import json
 import sys
 from collections.abc import Mapping
@@ -64,13 +65,21 @@ class NodeView:
 
 
 def _resources(raw: Mapping[str, Any]) -> dict[str, int]:
-    parsed: dict[str, int] = {}
-    for name, value in raw.items():
+    return dict(_parsed_resources(tuple((str(name), str(value)) for name, value in raw.items())))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_resources(raw: tuple[tuple[str, str], ...]) -> tuple[tuple[str, int], ...]:
+    """A Node's resources parsed (cached by their text: a fleet's Nodes mostly share it, and
+    parsing a quantity is most of what reading a Node costs; bounded, so a fleet of distinct
+    Nodes only misses it). An unparseable resource simply cannot satisfy a request."""
+    parsed = []
+    for name, value in raw:
         try:
-            parsed[name] = parse_quantity(str(value), milli=name == "cpu")
+            parsed.append((name, parse_quantity(value, milli=name == "cpu")))
         except QuantityError:
-            continue  # an unparseable resource simply cannot satisfy a request
-    return parsed
+            continue
+    return tuple(parsed)
 
 
 def parse_reservation(labels: Mapping[str, str], annotations: Mapping[str, str]) -> Reservation | None:

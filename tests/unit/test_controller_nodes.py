@@ -169,6 +169,19 @@ def test_capacity_and_allocatable_raw_are_kept_as_strings() -> None:
     assert dict(view.allocatable) == {"cpu": 64000, "pods": 110}
 
 
+def test_nodes_sharing_their_resources_text_get_their_own_parsed_resources() -> None:
+    # Parsing is cached by the resources' text; each view still holds a dict of its own, and
+    # the same number under another name is parsed by that name's unit (cpu in millicores).
+    first = make_node("a").resource("cpu", "4").resource("memory", "4").view()
+    second = make_node("b").resource("cpu", "4").resource("memory", "4").view()
+    swapped = make_node("c").resource("memory", "4").resource("cpu", "4").view()
+    assert dict(first.allocatable) == dict(second.allocatable) == dict(swapped.allocatable)
+    assert dict(first.allocatable) == {"cpu": 4000, "memory": 4}
+    first.allocatable["cpu"] = 0
+    assert second.allocatable["cpu"] == 4000
+    assert make_node("d").resource("cpu", "4").resource("memory", "4").view().allocatable["cpu"] == 4000
+
+
 def test_allocatable_not_capacity_is_parsed() -> None:
     view = make_node("n").resource(keys.GPU_RESOURCE, "7", capacity="8").view()
     assert view.allocatable[keys.GPU_RESOURCE] == 7

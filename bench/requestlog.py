@@ -1,0 +1,67 @@
+"""The request log a service writes with ``SIGNAL_REQUEST_LOG`` (kubeio: one ``time verb path``
+line per request, the time it was sent, millisecond resolution), read back by the benchmarks so
+that each counts requests and time only inside the window it claims to measure (issue 15, goal
+7), and the cuts made in it."""
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared import keys
+
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+@dataclass(frozen=True)
+class Request:
+    at: float
+    verb: str
+    path: str
+
+
+class RequestLog:
+    """One service's request log file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> list[Request]:
+        if not self.path.exists():
+            return []
+        found = []
+        for line in self.path.read_text().splitlines():
+            parts = line.split("\t", 2)
+            if len(parts) == 3:  # a line still being written is read whole next time
+                found.append(Request(float(parts[0]), parts[1], parts[2]))
+        return found
+
+    @staticmethod
+    def window(requests: Sequence[Request], start: float, end: float) -> list[Request]:
+        """The requests sent in [start, end]."""
+        return [r for r in requests if start <= r.at <= end]
+
+    @staticmethod
+    def verbs(requests: Sequence[Request]) -> Counter[str]:
+        return Counter(r.verb for r in requests)
+
+
+def writes(requests: Sequence[Request]) -> int:
+    return sum(1 for r in requests if r.verb in WRITES)
+
+
+def running_cut(requests: Sequence[Request], since: float, count: int = 1) -> float | None:
+    """The time the controller sent the ``count``-th Run status PATCH to Running after ``since``:
+    each the first status PATCH of a Run after a Workflow's create. None before it has."""
+    submitted = False
+    for r in requests:
+        if r.at < since:
+            continue
+        if r.verb == "POST" and r.path.endswith("/workflows"):
+            submitted = True
+        elif submitted and r.verb == "PATCH" and f"/{keys.RUN_PLURAL}/" in r.path and r.path.endswith("/status"):
+            submitted = False
+            count -= 1
+            if count == 0:
+                return r.at
+    return None
