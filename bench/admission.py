@@ -13,7 +13,11 @@ At each size, with a fresh controller and a profile of its own:
 * throughput (goal 2, ``--groups``): that many groups requested at once -> every one of their
   Runs Running; writes per group, LIST calls, writes per second; the CPU seconds of the
   controller, kube-apiserver, etcd and the bench's requester in that window (bench/cpu.py);
-  and the same window's writes by a bare client (bench/throughput_floor.py);
+  and the same window's writes by a bare client (bench/throughput_floor.py). By default
+  (``--requester backlog``) the groups' Nodes are all requested before their profile exists and
+  the window is the profile's create -> the last Run's Running PATCH: Signal's work alone;
+  ``--requester concurrent`` labels them while the controller admits (the window then holds the
+  requester's label writes, and the bare client's floor of that window is measured too);
 * pure selection (goal 4): ``--group`` of every Node requested, median of 20;
 * goal 3 as the issue words it (bench/history.py): the namespace's Runs topped up to ``--runs``
   with finished ones and their evidence ConfigMaps, then a fresh controller started with a group
@@ -47,7 +51,7 @@ from bench.cpu import CpuWindow, processes
 from bench.floors import api_write_floor, rss_mib
 from bench.history import add_history, cold_start
 from bench.polling import runs_of, wait_for
-from bench.requestlog import RequestLog, running_cut, writes
+from bench.requestlog import Request, RequestLog, RequestTail, new_runs_status_cut, running_cut, writes
 from bench.throughput_floor import throughput_window_floor
 from bench.window_floor import request_window_floor, write_kinds
 from controller.nodes import node_view
@@ -82,7 +86,14 @@ async def request_all(world: World, profile: str, names: list[str]) -> None:
 
 
 async def measure(
-    cluster: LocalCluster, world: World, workdir: Path, names: list[str], group: int, groups: int, tag: str
+    cluster: LocalCluster,
+    world: World,
+    workdir: Path,
+    names: list[str],
+    group: int,
+    groups: int,
+    tag: str,
+    backlog: bool,
 ) -> Figures:
     namespace = world.namespace
     profile = f"bench-{tag}"
@@ -99,7 +110,7 @@ async def measure(
     began = time.time()
     await controller.start(SIGNAL_REQUEST_LOG=str(log.path))
     try:
-        return await _measure(cluster, world, controller, log, began, names, group, groups, profile)
+        return await _measure(cluster, world, controller, log, began, names, group, groups, profile, backlog)
     finally:
         controller.stop()
 
@@ -114,6 +125,7 @@ async def _measure(
     group: int,
     groups: int,
     profile: str,
+    backlog: bool,
 ) -> Figures:
     admin, namespace = cluster.admin, world.namespace
 
@@ -168,32 +180,91 @@ async def _measure(
     if groups:
         free = [n for n in names if n not in set(chosen)]
         wanted = spread(free, group * groups, offset=1)
-        cpu = CpuWindow(processes({"controller": pid, "bench (requester)": os.getpid()})).begin()
-        t1 = time.time()
-        await request_all(world, profile, wanted)
-        requested_at_all = time.time()
-
-        async def all_running() -> bool:
-            phases = [(r.get("status") or {}).get("phase") for r in await runs_of(admin, namespace, profile)]
-            return phases.count("Running") >= groups + 1
-
-        polled = await wait_for(f"{groups} more Runs Running", all_running, timeout=60.0 + 5.0 * groups)
-        cpu.end()
-        requests = log.read()
-        done = running_cut(requests, t1, groups) or polled  # the last Running PATCH sent
-        window = RequestLog.window(requests, t1, done)
-        after = RequestLog.window(requests, requested_at_all, done)
-        figures.after_request_seconds = done - requested_at_all
-        figures.after_request_writes = writes(after)
-        figures.groups = groups
-        figures.throughput_seconds = done - t1
-        figures.throughput_writes = writes(window)
-        figures.throughput_lists = RequestLog.verbs(window)["LIST"]
-        figures.throughput_kinds = dict(sorted(write_kinds(window).items()))
-        figures.throughput_cpu = cpu.describe(polled - t1)
+        if backlog:
+            await _backlog(world, log, pid, profile, wanted, group, groups, figures)
+        else:
+            await _concurrent(world, log, pid, profile, wanted, groups, figures)
         figures.requested += tuple(wanted)
     figures.rss_after = rss_mib(pid)
     return figures
+
+
+async def _concurrent(
+    world: World, log: RequestLog, pid: int, profile: str, wanted: list[str], groups: int, figures: Figures
+) -> None:
+    """The window from the first of the groups' request writes to their last Run's Running PATCH,
+    the requester labelling them as the controller admits them."""
+    admin, namespace = world.admin, world.namespace
+    cpu = CpuWindow(processes({"controller": pid, "bench (requester)": os.getpid()})).begin()
+    t1 = time.time()
+    await request_all(world, profile, wanted)
+    requested_at_all = time.time()
+
+    async def all_running() -> bool:
+        phases = [(r.get("status") or {}).get("phase") for r in await runs_of(admin, namespace, profile)]
+        return phases.count("Running") >= groups + 1
+
+    polled = await wait_for(f"{groups} more Runs Running", all_running, timeout=60.0 + 5.0 * groups)
+    cpu.end()
+    requests = log.read()
+    done = running_cut(requests, t1, groups) or polled  # the last Running PATCH sent
+    after = RequestLog.window(requests, requested_at_all, done)
+    figures.after_request_seconds = done - requested_at_all
+    figures.after_request_writes = writes(after)
+    _throughput(figures, RequestLog.window(requests, t1, done), groups, done - t1, cpu.describe(polled - t1))
+
+
+async def _backlog(
+    world: World,
+    log: RequestLog,
+    pid: int,
+    profile: str,
+    wanted: list[str],
+    group: int,
+    groups: int,
+    figures: Figures,
+) -> None:
+    """The groups requested at once as the issue words it: every one of their Nodes labelled for a
+    profile that does not exist yet (the controller has nothing to admit them to), then the
+    profile created; the window is that create -> the last of their Runs' Running PATCH, so it
+    holds Signal's work alone (verifying the profile, admitting every group), none of the
+    requester's label writes. Its end is found in the controller's request log, read as it grows
+    (no LIST of Runs competing with the controller in the window)."""
+    many = f"{profile}-backlog"
+    began = time.monotonic()
+    await request_all(world, many, wanted)
+    print(f"  backlog: {len(wanted)} Nodes requested for {many} (not yet created) in {time.monotonic() - began:.1f}s")
+    existing = {r["metadata"]["name"] for r in await world.runs()}
+    tail = RequestTail(log)
+    tail.read()  # what the controller sent so far is before the window
+    cpu = CpuWindow(processes({"controller": pid, "bench (requester)": os.getpid()})).begin()
+    t1 = time.time()
+    await world.add_profile(profile_body(many, world.namespace, group))
+
+    async def all_running() -> bool:
+        return new_runs_status_cut(tail.read(), t1, groups, existing) is not None
+
+    polled = await wait_for(f"{groups} Runs of {many} Running", all_running, timeout=60.0 + 5.0 * groups)
+    cpu.end()
+    done = new_runs_status_cut(tail.seen, t1, groups, existing)
+    assert done is not None
+
+    async def stored_running() -> bool:  # after the window: the PATCHes' outcome as stored
+        phases = [(r.get("status") or {}).get("phase") for r in await runs_of(world.admin, world.namespace, many)]
+        return phases.count("Running") >= groups
+
+    await wait_for(f"{groups} Runs of {many} stored Running", stored_running, timeout=60.0)
+    _throughput(figures, RequestLog.window(tail.seen, t1, done), groups, done - t1, cpu.describe(polled - t1))
+    figures.backlog = True
+
+
+def _throughput(figures: Figures, window: list[Request], groups: int, seconds: float, cpu: str) -> None:
+    figures.groups = groups
+    figures.throughput_seconds = seconds
+    figures.throughput_writes = writes(window)
+    figures.throughput_lists = RequestLog.verbs(window)["LIST"]
+    figures.throughput_kinds = dict(sorted(write_kinds(window).items()))
+    figures.throughput_cpu = cpu
 
 
 async def selection_ms(admin, group: int) -> tuple[float, float, int]:  # type: ignore[no-untyped-def]
@@ -229,7 +300,7 @@ async def selection_ms(admin, group: int) -> tuple[float, float, int]:  # type: 
     return median_ms(free), median_ms(held), sum(1 for v in held if v.reservation is not None)
 
 
-async def main(total: int, group: int, groups: int, factor: int, runs: int) -> None:
+async def main(total: int, group: int, groups: int, factor: int, runs: int, requester: str) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="signal-bench-"))
     small_groups = max(1, groups // factor) if groups else 0
     small = max(group * (small_groups + 2), total // factor)
@@ -251,7 +322,7 @@ async def main(total: int, group: int, groups: int, factor: int, runs: int) -> N
             print(f"fleet: {size} Nodes ({size - have} created in {time.monotonic() - began:.1f}s)")
             names = [n.name for n in fleet[have:size]]  # Nodes no earlier measurement requested
             at_once = small_groups if tag == "small" else groups
-            figures = await measure(cluster, world, workdir, names, group, at_once, tag)
+            figures = await measure(cluster, world, workdir, names, group, at_once, tag, requester == "backlog")
             figures.nodes = size
             figures.selection_ms, figures.selection_reserved_ms, figures.reserved = await selection_ms(admin, group)
             results.append((figures, [n.name for n in fleet[:size]]))
@@ -270,7 +341,7 @@ async def main(total: int, group: int, groups: int, factor: int, runs: int) -> N
         whole = await request_window_floor(cluster, idle, full.other_writes, namespace)
         print(whole.describe())
         throughput = None
-        if full.groups:
+        if full.groups and not full.backlog:
             wanted = list(full.requested[group:])  # the throughput window's Nodes, in request order
             chunks = [wanted[i : i + group] for i in range(0, len(wanted), group)]
             others = round((full.throughput_writes - full.throughput_renewals) / full.groups) - group
@@ -288,5 +359,12 @@ if __name__ == "__main__":
     parser.add_argument("--groups", type=int, default=4, help="groups requested at once (throughput; 0: skip)")
     parser.add_argument("--factor", type=int, default=10, help="the small run is 1/factor of --nodes")
     parser.add_argument("--runs", type=int, default=500, help="Runs (with evidence) present at goal 3's cold start")
+    parser.add_argument(
+        "--requester",
+        choices=("backlog", "concurrent"),
+        default="backlog",
+        help="goal 2's groups: every Node requested before their profile exists, then the profile created "
+        "(backlog: Signal's work alone), or requested while the controller admits them (concurrent)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.nodes, args.group, args.groups, args.factor, args.runs))
+    asyncio.run(main(args.nodes, args.group, args.groups, args.factor, args.runs, args.requester))

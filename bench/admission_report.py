@@ -37,6 +37,8 @@ class Figures:
     window_kinds: dict[str, int] = field(default_factory=dict)
     throughput_kinds: dict[str, int] = field(default_factory=dict)
     throughput_cpu: str = ""
+    backlog: bool = False
+    """Goal 2's groups were all requested before their profile existed (bench/admission.py)."""
 
     @property
     def window_renewals(self) -> int:
@@ -127,7 +129,8 @@ def goals(
         rate = full.throughput_writes / full.throughput_seconds
         floor_rate = floor.writes / floor.sequential
         print(
-            f"GOAL 2 throughput ({full.groups}x{group})              floor {floor_rate:9.1f} w/s "
+            f"GOAL 2 throughput ({full.groups}x{group}{', backlog' if full.backlog else ''})  "
+            f"floor {floor_rate:9.1f} w/s "
             f"signal {rate:9.1f} w/s ratio {rate / floor_rate:6.2f}  goal >= 0.70 of the floor's rate; "
             f"{full.throughput_writes / full.groups:.1f} writes/group (<= 70), LIST {full.throughput_lists} (0)"
         )

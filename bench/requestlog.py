@@ -46,6 +46,29 @@ class RequestLog:
         return Counter(r.verb for r in requests)
 
 
+class RequestTail:
+    """A request log read as it grows: each :meth:`read` parses only the whole lines appended
+    since the last (a probe polled every few milliseconds stays cheap); ``seen`` holds them all."""
+
+    def __init__(self, log: RequestLog) -> None:
+        self.log = log
+        self.offset = 0
+        self.seen: list[Request] = []
+
+    def read(self) -> list[Request]:
+        if not self.log.path.exists():
+            return self.seen
+        with self.log.path.open("rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read()
+        whole = data.rfind(b"\n") + 1
+        self.offset += whole
+        for line in data[:whole].decode("utf-8").splitlines():
+            at, verb, path = line.split("\t", 2)
+            self.seen.append(Request(float(at), verb, path))
+        return self.seen
+
+
 def writes(requests: Sequence[Request]) -> int:
     return sum(1 for r in requests if r.verb in WRITES)
 
@@ -64,4 +87,24 @@ def running_cut(requests: Sequence[Request], since: float, count: int = 1) -> fl
             count -= 1
             if count == 0:
                 return r.at
+    return None
+
+
+def new_runs_status_cut(requests: Sequence[Request], since: float, count: int, existing: set[str]) -> float | None:
+    """The time of the first status PATCH, after ``since``, of the ``count``-th Run not in
+    ``existing``: an admission writes a Run's status once, to Running, after its Workflow's create
+    (whatever the order in which admissions made at once interleave). None before it has."""
+    patched: set[str] = set()
+    for r in requests:
+        if r.at < since or r.verb != "PATCH" or not r.path.endswith("/status"):
+            continue
+        segments = r.path.split("/")
+        if len(segments) < 3 or segments[-3] != keys.RUN_PLURAL:
+            continue
+        name = segments[-2]
+        if name in existing or name in patched:
+            continue
+        patched.add(name)
+        if len(patched) == count:
+            return r.at
     return None
