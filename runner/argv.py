@@ -8,10 +8,17 @@ value, converted by its ``kind``; a wrong command line exits 2 with a message th
 role and the option, as argparse would. Pure apart from printing the help and the errors.
 """
 
+from __future__ import annotations
+
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
-from typing import NamedTuple, NoReturn
+
+TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
+if TYPE_CHECKING:
+    from typing import NamedTuple, NoReturn
+else:
+    from shared.lighttuple import NamedTuple
 
 
 class Option(NamedTuple):

@@ -11,10 +11,11 @@ limits: reasons cut to ``MAX_REASON_CHARS`` (runner/report.py), the identity che
 (runner/main.py), tails bounded (runner/execute.py), measurements validated. Pure.
 """
 
+from __future__ import annotations
+
 from collections.abc import Sequence
 from datetime import datetime
 from enum import Enum
-from typing import Any, Literal, NamedTuple
 
 from shared.canonical import canonical_json
 from shared.result_wire import (
@@ -28,6 +29,12 @@ from shared.result_wire import (
 )
 from shared.timestamps import utc_text
 from shared.verdict import Verdict
+
+TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
+if TYPE_CHECKING:
+    from typing import Any, Literal, NamedTuple
+else:
+    from shared.lighttuple import NamedTuple
 
 
 class Identity(NamedTuple):
@@ -61,7 +68,7 @@ class Launcher(NamedTuple):
     @classmethod
     def build(
         cls, hosts: Sequence[str], ranks: Sequence[RankResult], *, world_size: int, mpirun_exit_code: int | None
-    ) -> "Launcher":
+    ) -> Launcher:
         prefix, suffixes, table = host_layout(hosts, ranks)
         return cls(world_size, prefix, tuple(suffixes), tuple(table), mpirun_exit_code)
 

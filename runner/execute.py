@@ -7,6 +7,8 @@ runs under ``/bin/sh``. The script runs in its own process group so that a deadl
 termination reaches everything it started.
 """
 
+from __future__ import annotations
+
 import contextlib
 import math
 import os
@@ -14,10 +16,15 @@ import select
 import signal
 import time
 from collections.abc import Mapping
-from typing import Any, Final, NamedTuple
 
 from runner.document import Stream
 from shared.result_wire import MAX_TAIL_CHARS
+
+TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
+if TYPE_CHECKING:
+    from typing import Any, Final, NamedTuple
+else:
+    from shared.lighttuple import NamedTuple
 
 try:  # The interpreter's own SHA-256 (3.11: _sha256; 3.12+: _sha2): hashlib loads OpenSSL's
     # libcrypto first, a few milliseconds of every runner's start. The same digest either way.

@@ -30,6 +30,8 @@ else (missing or duplicate reports, a report on another rank's stream, a wrong w
 mpirun failing on its own, the deadline) is Inconclusive.
 """
 
+from __future__ import annotations
+
 import hashlib
 import hmac
 import json
@@ -38,13 +40,18 @@ import re
 import signal
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final, NamedTuple
 
 from runner import sshd as sshd_role
 from runner.document import Launcher
 from shared.limits import MAX_RANKS
 from shared.result_wire import INCONCLUSIVE_EXIT_CODE, MAX_NAME_CHARS, RankResult, short_host
 from shared.verdict import Verdict
+
+TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
+if TYPE_CHECKING:
+    from typing import Any, Final, NamedTuple
+else:
+    from shared.lighttuple import NamedTuple
 
 RANK_PREFIX: Final = "SIGNAL-RANK "
 MAX_RANK_LINE: Final = 4096

@@ -13,14 +13,19 @@ Pod names, the Run and check) in ``IDENTITY_FILE`` before it becomes sshd; a ran
 launcher's ssh session started takes what it lacks from there (``signal-runner rank``).
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Final, NoReturn
 
 from shared import keys
+
+TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
+if TYPE_CHECKING:
+    from typing import Final, NoReturn
 
 SSHD_CONFIG: Final = "/etc/ssh/signal/sshd_config"
 SSH_CLIENT_CONFIG: Final = "/etc/ssh/ssh_config.d/signal.conf"

@@ -3,7 +3,11 @@
 One module so that no component spells a key on its own. Pure constants; no I/O.
 """
 
-from typing import Final
+from __future__ import annotations
+
+TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
+if TYPE_CHECKING:
+    from typing import Final
 
 GROUP: Final = "projectsignal.dev"
 VERSION: Final = "v1alpha1"

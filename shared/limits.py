@@ -2,7 +2,11 @@
 and the runner's result (shared/result_wire.py). Standard library only: the runner imports them.
 """
 
-from typing import Final
+from __future__ import annotations
+
+TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
+if TYPE_CHECKING:
+    from typing import Final
 
 MAX_PARTICIPANTS: Final = 64
 """Nodes in one group (a profile's ``participants.count``); participant indexes are below it."""

@@ -17,12 +17,19 @@ Inconclusive, shown as Unknown); any other non-zero exit is Fail, which is reser
 proven fault.
 """
 
+from __future__ import annotations
+
 import json
 import math
 import os
 import re
 from collections.abc import Sequence
-from typing import Any, Final, NamedTuple
+
+TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
+if TYPE_CHECKING:
+    from typing import Any, Final, NamedTuple
+else:
+    from shared.lighttuple import NamedTuple
 
 RESULT_SCHEMA: Final = "projectsignal.dev/runner-result/v1"
 INCONCLUSIVE_EXIT_CODE: Final = 3
