@@ -119,7 +119,7 @@ async def _run_pods(
         for p in sorted(inputs.participants, key=lambda p: p.index)
     ]
     if not observe_only:
-        await asyncio.gather(*(backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid) for b in bodies))
+        await backend.fan_out(lambda b: backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid), bodies)
     expected = {b["metadata"]["name"] for b in bodies}
 
     def finished(pods: list[Obj]) -> bool:
@@ -219,7 +219,7 @@ async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: 
             p for p in pods if backend.owned_by(p, inputs.run_uid) and backend.runs_runner(p, settings.runner_image)
         ]
         tree.uids |= {p["metadata"]["uid"] for p in mine}
-        gone = await asyncio.gather(*(backend.delete_pod(kube, p) for p in mine))
+        gone = await backend.fan_out(lambda p: backend.delete_pod(kube, p), mine)
         deleted = list(collect.pod_workloads([p for p, ok in zip(mine, gone, strict=True) if ok]))
     else:
         deleted = await mpijobs.quiesce(kube, inputs, list(results.workloads), settings.runner_image, tree)

@@ -41,7 +41,7 @@ async def _jobs(kube: Kube, inputs: Inputs, image: str, sshd: str, observe_only:
         existing = await _existing_jobs(kube, inputs)
         return [(existing[name], index) for name, index in workloads.mpijob_names(inputs) if name in existing]
     bodies = workloads.mpijobs(inputs, image, sshd=sshd)
-    made = await asyncio.gather(*(backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid) for b in bodies))
+    made = await backend.fan_out(lambda b: backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid), bodies)
     return list(zip(made, [index for _, index in workloads.mpijob_names(inputs)], strict=True))
 
 
@@ -158,7 +158,7 @@ async def quiesce(
     job_uids = {j.uid for j in jobs}
     workers = [p for p in pods if any(backend.owned_by(p, uid) for uid in job_uids) and backend.runs_runner(p, image)]
     tree.uids |= {p["metadata"]["uid"] for p in workers}
-    gone = await asyncio.gather(*(backend.delete_pod(kube, p) for p in workers))
+    gone = await backend.fan_out(lambda p: backend.delete_pod(kube, p), workers)
     recorded = {w.uid: w for w in job_workloads if w.role == "worker"}
     for pod, ok in zip(workers, gone, strict=True):
         if ok:
