@@ -15,6 +15,7 @@ import yaml
 
 from localcluster import identities, procs
 from localcluster.controlplane import ControlPlane
+from localcluster.imageenv import image_env
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.rbac import rbac_in_effect
 from shared import keys
@@ -164,7 +165,7 @@ async def start_portal(
     argv += ["--namespace", namespace, "--port", str(port), "--host", "127.0.0.1", "--auth", auth, "--resync", "2"]
     with (workdir / "portal.log").open("ab") as log:
         # A long-lived child that outlives this call (not an awaited asyncio process); it dies with this process.
-        return procs.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        return procs.popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **image_env()})
 
 
 async def start_controller(
@@ -199,6 +200,6 @@ async def start_controller(
     ]
     try:
         # A long-lived child that outlives this call (not an awaited asyncio process); it dies with this process.
-        return procs.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
+        return procs.popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **image_env()})
     finally:
         log.close()

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from localcluster.imageenv import image_env
 from localcluster.kube import KubeClient, Obj, resource_path
 
 # Image (without tag or digest) -> entrypoint used when a container has no command.
@@ -51,6 +52,11 @@ IMAGE_ENTRYPOINTS: dict[str, list[str]] = {
     "projectsignal.dev/controller": ["signal-controller"],
     "projectsignal.dev/portal": ["signal-portal"],
 }
+# Signal's own service images: their Pods run with only the distribution's runtime packages
+# importable, as in the image (localcluster/imageenv.py).
+AS_IN_IMAGE: frozenset[str] = frozenset(
+    {"projectsignal.dev/adapter", "projectsignal.dev/controller", "projectsignal.dev/portal"}
+)
 # Images (without tag or digest) -> directories put first on PATH in their containers, standing
 # in for the image's own files (e.g. Argo's executor image, whose containers run ``argoexec``).
 IMAGE_PATH_DIRS: dict[str, list[str]] = {}
@@ -336,6 +342,7 @@ def process_spec(
         "HOSTNAME": pod["spec"].get("hostname") or pod["metadata"]["name"],
         "TMPDIR": str(tmp),
         **(node_env or {}),
+        **(image_env({}) if image in AS_IN_IMAGE else {}),
     }
     if isolated:
         env["HOME"] = env["TMPDIR"] = "/tmp"

@@ -15,6 +15,7 @@ from typing import Any
 from localcluster import identities, podprocess
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
+from localcluster.imageenv import image_env
 from localcluster.install import install_policies
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
@@ -160,7 +161,10 @@ class AdapterWorld:
             *extra,
         ]
         process = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env={**os.environ, **env}
+            *argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, **image_env(), **env},
         )
         return process, outputs
 

@@ -16,6 +16,7 @@ from typing import Any
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
+from localcluster.imageenv import image_env
 from localcluster.install import apply_file, install_policies
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.rbac import rbac_in_effect
@@ -88,7 +89,7 @@ class ControllerProcess:
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env, **env},
+            env={**os.environ, **image_env(), **self.env, **env},
         )
         log.close()
 
