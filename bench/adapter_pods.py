@@ -5,8 +5,11 @@ Prints: time from adapter start to the results (evidence) ConfigMap persisted; t
 then to every workload proven gone (the check-evidence ConfigMap is written right after
 that proof); the adapter's API requests by verb; its peak resident memory. Asserts nothing.
 
-Floors in the same run (bench/floors.py): the Pod fan-out floor on the same Nodes and the step
-floor; then the whole again at 1/``--factor`` of the participants, for the growth.
+Floors in the same run: the Pod fan-out floor on the same Nodes, with its client in a process of
+its own that watches its Pods, as the adapter does (bench/fanout_floor.py: the GOAL lines); the
+same floor as measured until 2026-12-04, its client in the benchmark's process beside the process
+kubelet, polling (bench/floors.py, printed for the record); the step floor. Then the whole again
+at 1/``--factor`` of the participants, for the growth.
 
 Each size is measured ``--repeat`` times (Signal, then its floors, back to back) and the GOAL
 lines give the medians: one run's floor alone swings by up to 2.5x here.
@@ -29,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.cpu import CpuWindow, cpu_seconds, processes
+from bench.fanout_floor import pod_fanout_floor_apart
 from bench.floors import growth, pod_fanout_floor, row, step_floor
 from localcluster.cluster import LocalCluster
 from localcluster.kube import resource_path
@@ -65,6 +69,15 @@ async def main(participants: int, factor: int, repeat: int) -> None:
                 full["total"],
                 "s",
                 "adapter start -> exit vs the whole fan-out floor",
+            )
+        )
+        print(
+            row(
+                "5 (vs the in-process floor)",
+                full["in_process_succeeded"],
+                full["results"],
+                "s",
+                "for the record: the floor as measured until 2026-12-04, its client in the kubelet's process",
             )
         )
         print(f"step floor (for goal 5's per-check overhead, not measured here): {full['step']:.2f}s")
@@ -159,14 +172,25 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
     window.used["`true` processes"] = _children_cpu() - children_before
     print(fanout.describe())
     print(window.describe(fanout.gone))
+    window, children_before = CpuWindow(processes({"bench (process kubelet)": os.getpid()})).begin(), _children_cpu()
+    plane = cluster.plane
+    apart, client_window, client_total = await pod_fanout_floor_apart(
+        plane.server, plane.ca_file, plane.admin_token, namespace, world.nodes
+    )
+    window.end()
+    window.used["the floor's client (in its window)"] = client_window
+    window.used["`true` processes (and the client's exit)"] = _children_cpu() - children_before - client_total
+    print(apart.describe())
+    print(window.describe(apart.gone))
     step = await step_floor(cluster, world.nodes[0], namespace, repeats=2)
     print(step.describe())
     await world.cleanup()
     return {
         "results": results_at - started,
         "total": finished - started,
-        "floor_succeeded": fanout.succeeded,
-        "floor_gone": fanout.gone,
+        "floor_succeeded": apart.succeeded,
+        "floor_gone": apart.gone,
+        "in_process_succeeded": fanout.succeeded,
         "step": step.best,
     }
 

@@ -210,10 +210,11 @@ class FanoutFloor:
     """Created -> every Pod Succeeded."""
     gone: float
     """Created -> every Pod Succeeded and then deleted until gone."""
+    client: str = "bare httpx in the benchmark's process, polling"
 
     def describe(self) -> str:
         return (
-            f"Pod fan-out floor ({self.pods} Pods `true` on {self.pods} simulated Nodes, bare httpx): "
+            f"Pod fan-out floor ({self.pods} Pods `true` on {self.pods} simulated Nodes, {self.client}): "
             f"created -> all Succeeded {self.succeeded:.2f}s, -> all deleted and gone {self.gone:.2f}s"
         )
 

@@ -1,0 +1,139 @@
+"""The Pod fan-out floor with its client in a process of its own, waiting with a watch (issue 15
+goal 5): N trivial Pods (``true``), one per simulated Node, created (at most ``--concurrency`` at
+once), run to Succeeded, then deleted until gone, by a bare httpx client with the admin's token.
+
+Why apart from bench/floors.py's :func:`~bench.floors.pod_fanout_floor`: the process kubelet of
+the local cluster runs in the benchmark's own process, on one event loop, and that floor's client
+shared it, parsing a LIST of every Pod each 50 ms; so the floor measured the kubelet slowed by
+its own client (in bench/adapter_pods.py that process used a whole core in the floor's window).
+Signal's adapter is a process of its own and watches its Pods; so is this client. The clock runs
+inside the client, from its first create; its start is not counted.
+
+Run by :func:`pod_fanout_floor_apart`; as a script it prints one JSON line:
+``{"succeeded": seconds, "gone": seconds}``.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import ssl
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.floors import FanoutFloor
+
+TOKEN_ENV = "BENCH_FLOOR_TOKEN"
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def client(server: str, ca_file: str, namespace: str, nodes: Sequence[str], concurrency: int) -> dict[str, float]:
+    import httpx  # noqa: PLC0415 - the client process's alone
+
+    tag = uuid.uuid4().hex[:8]
+    selector = f"bench.projectsignal.dev/floor={tag}"
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    names = [f"floor-{tag}-{i}" for i in range(len(nodes))]
+    bodies = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"bench.projectsignal.dev/floor": tag}},
+            "spec": {
+                "nodeName": node,
+                "restartPolicy": "Never",
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+            },
+        }
+        for name, node in zip(names, nodes, strict=True)
+    ]
+    headers = {"Authorization": f"Bearer {os.environ[TOKEN_ENV]}", "Content-Type": "application/json"}
+    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1)
+    verify = ssl.create_default_context(cafile=ca_file)
+    async with httpx.AsyncClient(base_url=server, verify=verify, headers=headers, timeout=120, limits=limits) as http:
+        listing = (await http.get(path, params={"labelSelector": selector})).json()
+        gate = asyncio.Semaphore(concurrency)
+
+        async def send(method: str, target: str, body: object = None) -> None:
+            async with gate:
+                answer = await http.request(method, target, content=None if body is None else json.dumps(body))
+                if answer.status_code >= 300:
+                    raise RuntimeError(f"{method} {target}: {answer.status_code} {answer.text[:300]}")
+
+        phases: dict[str, str] = {}
+        marks: dict[str, float] = {}
+        params = {
+            "watch": "1",
+            "labelSelector": selector,
+            "resourceVersion": listing["metadata"]["resourceVersion"],
+            "allowWatchBookmarks": "false",
+        }
+        async with http.stream("GET", path, params=params, timeout=None) as events:
+            began, cpu_began = time.perf_counter(), _cpu()
+            creates = asyncio.ensure_future(asyncio.gather(*(send("POST", path, b) for b in bodies)))
+            deletes: asyncio.Future[object] | None = None
+            async for line in events.aiter_lines():
+                if not line:
+                    continue
+                if creates.done() and creates.exception() is not None:
+                    raise RuntimeError(f"creating the floor's Pods failed: {creates.exception()}")
+                event = json.loads(line)
+                name = event["object"]["metadata"]["name"]
+                if event["type"] == "DELETED":
+                    phases[name] = "Gone"
+                else:
+                    phases[name] = (event["object"].get("status") or {}).get("phase", "")
+                if deletes is None and all(phases.get(n) == "Succeeded" for n in names):
+                    marks["succeeded"] = time.perf_counter() - began
+                    await creates
+                    deletes = asyncio.ensure_future(asyncio.gather(*(send("DELETE", f"{path}/{n}") for n in names)))
+                if deletes is not None and all(phases.get(n) == "Gone" for n in names):
+                    marks["gone"] = time.perf_counter() - began
+                    marks["cpu_window"] = _cpu() - cpu_began
+                    await deletes
+                    break
+    marks["cpu_total"] = _cpu()
+    return marks
+
+
+async def pod_fanout_floor_apart(
+    server: str, ca_file: Path, token: str, namespace: str, nodes: Sequence[str], concurrency: int = 64
+) -> tuple["FanoutFloor", float, float]:
+    """The floor measured by this file run as a client process of its own (see the docstring),
+    with the client's CPU seconds in the floor's window and in its whole life."""
+    from bench.floors import FanoutFloor  # noqa: PLC0415 - not in the client process: its start is light
+
+    argv = [sys.executable, __file__, server, str(ca_file), namespace, ",".join(nodes), str(concurrency)]
+    process = await asyncio.create_subprocess_exec(
+        *argv, env={**os.environ, TOKEN_ENV: token}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=300)
+    if process.returncode != 0:
+        raise RuntimeError(f"the fan-out floor's client failed (exit {process.returncode}): {err.decode()[-2000:]}")
+    marks = json.loads(out.decode().strip().splitlines()[-1])
+    floor = FanoutFloor(len(nodes), marks["succeeded"], marks["gone"], "bare httpx in a process of its own, watching")
+    return floor, marks["cpu_window"], marks["cpu_total"]
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("server")
+    parser.add_argument("ca_file")
+    parser.add_argument("namespace")
+    parser.add_argument("nodes", help="comma-separated Node names, one Pod each")
+    parser.add_argument("concurrency", type=int)
+    args = parser.parse_args()
+    result = asyncio.run(client(args.server, args.ca_file, args.namespace, args.nodes.split(","), args.concurrency))
+    print(json.dumps(result))
