@@ -39,6 +39,8 @@ class Figures:
     throughput_cpu: str = ""
     backlog: bool = False
     """Goal 2's groups were all requested before their profile existed (bench/admission.py)."""
+    latencies: tuple[float, ...] = ()
+    """Every latency measured (``latency``: their median; one alone swung 0.46-1.00 s here)."""
 
     @property
     def window_renewals(self) -> int:
@@ -55,7 +57,8 @@ def report(figures: Figures, group: int) -> None:
         f"after {figures.rss_after:.1f} MiB"
     )
     print(
-        f"  request -> Running PATCH sent {figures.latency:.3f}s ({figures.after_request:.3f}s after the last "
+        f"  request -> Running PATCH sent {figures.latency:.3f}s (median of "
+        f"{', '.join(f'{x:.3f}' for x in figures.latencies)}; {figures.after_request:.3f}s after the last "
         f"request write; observed by polling {figures.observed:.3f}s); "
         f"window: {figures.window_verbs}, writes {figures.window_writes} ({figures.node_patches} Node PATCHes), "
         f"LIST {figures.window_verbs.get('LIST', 0)}"
