@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import os
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
@@ -185,6 +186,7 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
     step = await step_floor(cluster, world.nodes[0], namespace, repeats=2)
     print(step.describe())
     await world.cleanup()
+    shutil.rmtree(workdir, ignore_errors=True)  # kept when the run fails: its logs are named then
     return {
         "results": results_at - started,
         "total": finished - started,

@@ -39,6 +39,7 @@ both sizes.
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -367,6 +368,7 @@ async def main(total: int, group: int, groups: int, factor: int, runs: int, requ
             )
             print(throughput.describe())
         goals(full, small_figures, floor, whole, cold, group, throughput)
+    shutil.rmtree(workdir, ignore_errors=True)  # kept when the run fails: its logs are named then
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ the same at 1/``--factor`` of the participants.
 
 import argparse
 import asyncio
+import shutil
 import sys
 import tempfile
 import time
@@ -235,6 +236,7 @@ async def run(cluster: LocalCluster, checks: int, participants: int, seconds: fl
     step = await step_floor(cluster, names[0], namespace, repeats=3)
     print(step.describe())
     await world.cleanup()
+    shutil.rmtree(workdir, ignore_errors=True)  # kept when the run fails: its logs are named then
     return {"overhead": overhead, "step": step.best, "total": total}
 
 
