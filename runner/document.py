@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from enum import Enum
 
 from shared.canonical import canonical_json
 from shared.result_wire import (
@@ -28,7 +27,6 @@ from shared.result_wire import (
     layout_ranks,
 )
 from shared.timestamps import utc_text
-from shared.verdict import Verdict
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:
@@ -84,7 +82,8 @@ class Launcher(NamedTuple):
 class Result(NamedTuple):
     """One runner's result (``RunnerResult`` on the wire; its schema is added when rendered)."""
 
-    verdict: Verdict
+    verdict: str
+    """Its name (shared/verdict_names.py); a ``Verdict`` member is one."""
     reason: str
     identity: Identity
     started_at: datetime
@@ -108,8 +107,6 @@ def wire(value: Any) -> Any:
     """JSON-ready data of a result or any part of it: camelCase keys, None fields left out."""
     if isinstance(value, Identity | Stream | Launcher | Result):
         return {camel(name): wire(item) for name, item in value._asdict().items() if item is not None}
-    if isinstance(value, Enum):
-        return value.value
     if isinstance(value, datetime):
         return utc_text(value)
     if isinstance(value, dict):

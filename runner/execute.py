@@ -9,11 +9,9 @@ termination reaches everything it started.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import select
-import signal
 import time
 from collections.abc import Mapping
 
@@ -22,9 +20,16 @@ from shared.result_wire import MAX_TAIL_CHARS
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:
+    import signal
     from typing import Any, Final, NamedTuple
 else:
     from shared.lighttuple import NamedTuple
+
+    try:  # The signals' numbers from the C module: signal.py builds enumerations of them
+        # (importing enum, functools and operator), a tenth of every runner's start.
+        import _signal as signal
+    except ImportError:  # pragma: no cover - CPython has it
+        import signal
 
 try:  # The interpreter's own SHA-256 (3.11: _sha256; 3.12+: _sha2): hashlib loads OpenSSL's
     # libcrypto first, a few milliseconds of every runner's start. The same digest either way.
@@ -218,9 +223,11 @@ def _wait(pid: int, seconds: float) -> int | None:
         pause = min(pause * 2, 0.05)
 
 
-def _kill_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+def _kill_group(pgid: int, sig: int) -> None:
+    try:  # noqa: SIM105 - contextlib (with collections and functools) is not loaded at start
         os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def summarise(path: StrPath, tail_chars: int = MAX_TAIL_CHARS) -> Stream:

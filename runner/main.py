@@ -19,7 +19,6 @@ rank): the runner imports only the standard library and the stdlib-only modules 
 (tests/unit/test_runner_wire.py fails otherwise).
 """
 
-import contextlib
 import os
 import sys
 import time
@@ -32,7 +31,7 @@ from runner.execute import ScriptError, StrPath, clean_environment, run_script, 
 from runner.report import build_result, error_result, fit, read_measurements
 from shared.limits import MAX_PARTICIPANTS
 from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, ResultError, is_unicode
-from shared.verdict import Verdict
+from shared.verdict_names import PASS
 
 LAUNCH = os.path.join(os.path.dirname(__file__), "launch.py")
 """The runner's entrypoint file (runner/launch.py), which MPI ranks are started with."""
@@ -73,8 +72,8 @@ def _write(result: Result, termination_log: StrPath) -> int:
         return 2
     with open(termination_log, "wb") as handle:
         handle.write(payload)
-    print(f"signal-runner: verdict {result.verdict.value}: {result.reason}", file=sys.stderr)
-    return 0 if result.verdict == Verdict.PASS else 1
+    print(f"signal-runner: verdict {result.verdict}: {result.reason}", file=sys.stderr)
+    return 0 if result.verdict == PASS else 1
 
 
 def _script_env(workdir: StrPath, extra: dict[str, str], *, mpi_rank: bool = False) -> dict[str, str]:
@@ -90,8 +89,10 @@ def cmd_run(args: SimpleNamespace) -> int:
     workdir: str = args.workdir
     os.makedirs(workdir, exist_ok=True)
     measurements, stdout, stderr = (os.path.join(workdir, name) for name in ("measurements.json", "stdout", "stderr"))
-    with contextlib.suppress(FileNotFoundError):
+    try:  # noqa: SIM105 - contextlib (with collections and functools) is not loaded at start
         os.unlink(measurements)
+    except FileNotFoundError:
+        pass
     env = _script_env(
         workdir,
         {

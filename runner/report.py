@@ -25,7 +25,7 @@ from shared.result_wire import (
     validate_measurements,
 )
 from shared.timestamps import to_millisecond
-from shared.verdict import Verdict
+from shared.verdict_names import FAIL, INCONCLUSIVE, PASS
 
 MEASUREMENTS_FILE_LIMIT = 16 * 1024
 
@@ -42,19 +42,20 @@ def read_measurements(path: StrPath) -> MeasurementMap:
     return validate_measurements(strict_json(payload, MEASUREMENTS_FILE_LIMIT))
 
 
-def verdict_of(outcome: Outcome) -> tuple[Verdict, str]:
+def verdict_of(outcome: Outcome) -> tuple[str, str]:
+    """The verdict's name (shared/verdict_names.py) and the reason for ``outcome``."""
     if outcome.timed_out:
-        return Verdict.INCONCLUSIVE, "DeadlineExceeded: the script outlived its deadline"
+        return INCONCLUSIVE, "DeadlineExceeded: the script outlived its deadline"
     if outcome.signal is not None:
-        return Verdict.INCONCLUSIVE, f"Signaled: the script was killed by signal {outcome.signal}"
+        return INCONCLUSIVE, f"Signaled: the script was killed by signal {outcome.signal}"
     if outcome.exit_code == 0:
-        return Verdict.PASS, "Succeeded: the script exited 0"
+        return PASS, "Succeeded: the script exited 0"
     if outcome.exit_code == INCONCLUSIVE_EXIT_CODE:
         return (
-            Verdict.INCONCLUSIVE,
+            INCONCLUSIVE,
             f"ScriptInconclusive: the script exited {INCONCLUSIVE_EXIT_CODE} (its evidence is insufficient)",
         )
-    return Verdict.FAIL, f"Failed: the script exited {outcome.exit_code}"
+    return FAIL, f"Failed: the script exited {outcome.exit_code}"
 
 
 def _stamp(seconds: float) -> datetime:
@@ -69,14 +70,14 @@ def build_result(
     stdout_file: StrPath,
     stderr_file: StrPath,
     launcher: Launcher | None = None,
-    verdict: tuple[Verdict, str] | None = None,
+    verdict: tuple[str, str] | None = None,
 ) -> Result:
     chosen, reason = verdict or verdict_of(outcome)
     try:
         measurements = read_measurements(measurements_file)
     except ResultError as exc:
         measurements = {}
-        chosen, reason = Verdict.INCONCLUSIVE, f"InvalidMeasurements: {exc}"[:MAX_REASON_CHARS]
+        chosen, reason = INCONCLUSIVE, f"InvalidMeasurements: {exc}"[:MAX_REASON_CHARS]
     return Result(
         verdict=chosen,
         reason=reason[:MAX_REASON_CHARS],
@@ -94,7 +95,7 @@ def build_result(
 
 def error_result(identity: Identity, reason: str, started: float, finished: float) -> Result:
     return Result(
-        verdict=Verdict.INCONCLUSIVE,
+        verdict=INCONCLUSIVE,
         reason=f"RunnerError: {reason}"[:MAX_REASON_CHARS],
         identity=identity,
         measurements={},
@@ -118,7 +119,7 @@ def fit(result: Result) -> bytes | None:
         elif candidate.measurements:
             candidate = candidate._replace(
                 measurements={},
-                verdict=Verdict.INCONCLUSIVE if candidate.verdict == Verdict.PASS else candidate.verdict,
+                verdict=INCONCLUSIVE if candidate.verdict == PASS else candidate.verdict,
                 reason="ResultTooLarge: measurements dropped to fit the termination message",
             )
         else:

@@ -2,7 +2,10 @@
 the measurements check and the launcher report's compact host layout.
 
 Standard library only: the runner (one process per check participant and per MPI rank)
-imports this module and never pydantic, so that it starts in tens of milliseconds.
+imports this module and never pydantic, so that it starts in tens of milliseconds. ``json``
+and ``re`` are imported by the functions that parse and check (their import, with the ``enum``
+and ``functools`` that ``re`` loads, was a sixth of the start of a runner whose script writes
+no measurements).
 ``shared.result`` builds the typed models on top of it, for the adapter. Pure; no I/O.
 
 Measurements protocol (documented for script authors): a script may write one JSON object
@@ -19,10 +22,8 @@ proven fault.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import re
 from collections.abc import Sequence
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
@@ -57,6 +58,8 @@ def validate_measurements(value: Any) -> MeasurementMap:
         raise ResultError("measurements must be a JSON object")
     if len(value) > MAX_MEASUREMENTS:
         raise ResultError(f"at most {MAX_MEASUREMENTS} measurements are allowed, got {len(value)}")
+    import re  # noqa: PLC0415 - here alone: the module docstring says why
+
     for name, item in value.items():
         if not isinstance(name, str) or not re.fullmatch(MEASUREMENT_NAME_PATTERN, name):
             raise ResultError(f"measurement name {name!r} must match {MEASUREMENT_NAME_PATTERN}")
@@ -95,6 +98,8 @@ def strict_json(payload: bytes, limit: int) -> Any:
     NaN/Infinity and trailing data; raise ResultError."""
     if len(payload) > limit:
         raise ResultError(f"{len(payload)} bytes exceeds the limit of {limit}")
+    import json  # noqa: PLC0415 - here alone: the module docstring says why
+
     try:
         text = payload.decode("utf-8")
         return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
