@@ -67,10 +67,10 @@ from shared.profile import CertificationProfile
 from tests.controller_support import ControllerProcess, World, profile_body
 
 REQUESTER_CONCURRENCY = 64
-LATENCY_REPEATS = 3
-"""Goal 1's groups, requested one after the other; its figure is their median."""
 """Request label PATCHes the bench's requester has in flight at once: a whole group of 64 at
 once; 100 groups (6,400 PATCHes) left unbounded stall the requester's own HTTP pool."""
+LATENCY_REPEATS = 3
+"""Goal 1's groups, requested one after the other; its figure is their median."""
 
 
 def spread(names: list[str], count: int, offset: int = 0) -> list[str]:
