@@ -13,7 +13,7 @@ import pytest
 from localcluster import podprocess
 from runner import execute, main
 from runner.execute import SAFE_PATH, ScriptError, run_script, script_argv
-from shared.result import parse_result
+from shared.result import RunnerResult, parse_result
 from shared.verdict import Verdict
 
 pytestmark = pytest.mark.timeout(60)
@@ -155,10 +155,10 @@ def imports(stderr: str) -> set[str]:
     return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if line.startswith("import time:")}
 
 
-def test_a_pod_checks_runner_starts_without_the_heavy_modules(tmp_path: Path) -> None:
-    # Before: argparse (with gettext and shutil), subprocess (with threading and selectors)
-    # and, through shared.digests, hashlib (OpenSSL) and base64 were all loaded.
-    script = write(tmp_path, '#!/bin/sh\necho \'{"gbps": 7}\' > "$SIGNAL_MEASUREMENTS_FILE"\n')
+def run_role(tmp_path: Path, body: str) -> tuple[RunnerResult, set[str]]:
+    """``signal-runner run`` of a script ``body`` started as in the image: its result (it must
+    exit 0) and the modules it imported."""
+    script = write(tmp_path, body)
     python, *flags = podprocess.IMAGE_ENTRYPOINTS["projectsignal.dev/runner"]
     argv = [python, "-X", "importtime", *flags, "run", "--script", str(script), "--deadline-seconds", "20"]
     argv += ["--workdir", str(tmp_path / "work"), "--termination-log", str(tmp_path / "result")]
@@ -166,9 +166,14 @@ def test_a_pod_checks_runner_starts_without_the_heavy_modules(tmp_path: Path) ->
         argv, env={"PATH": SAFE_PATH, **IDENTITY}, capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
-    result = parse_result((tmp_path / "result").read_bytes())
+    return parse_result((tmp_path / "result").read_bytes()), imports(done.stderr)
+
+
+def test_a_pod_checks_runner_starts_without_the_heavy_modules(tmp_path: Path) -> None:
+    # Before: argparse (with gettext and shutil), subprocess (with threading and selectors)
+    # and, through shared.digests, hashlib (OpenSSL) and base64 were all loaded.
+    result, loaded = run_role(tmp_path, '#!/bin/sh\necho \'{"gbps": 7}\' > "$SIGNAL_MEASUREMENTS_FILE"\n')
     assert (result.verdict, result.measurements) == (Verdict.PASS, {"gbps": 7})
-    loaded = imports(done.stderr)
     assert {"runner.main", "runner.execute", "json"} <= loaded
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
     # Paths are strings in the run role: pathlib (with fnmatch, urllib.parse and ipaddress) was
@@ -187,17 +192,8 @@ measurements, when a script wrote some (a third of the runner's CPU at start: 35
 
 
 def test_a_runner_whose_script_writes_no_measurements_parses_no_json(tmp_path: Path) -> None:
-    script = write(tmp_path, "#!/bin/sh\necho hello\n")
-    python, *flags = podprocess.IMAGE_ENTRYPOINTS["projectsignal.dev/runner"]
-    argv = [python, "-X", "importtime", *flags, "run", "--script", str(script), "--deadline-seconds", "20"]
-    argv += ["--workdir", str(tmp_path / "work"), "--termination-log", str(tmp_path / "result")]
-    done = subprocess.run(
-        argv, env={"PATH": SAFE_PATH, **IDENTITY}, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    result = parse_result((tmp_path / "result").read_bytes())
+    result, loaded = run_role(tmp_path, "#!/bin/sh\necho hello\n")
     assert (result.verdict, result.measurements, result.stdout and result.stdout.tail) == (Verdict.PASS, {}, "hello\n")
-    loaded = imports(done.stderr)
     assert "runner.main" in loaded
     assert loaded.isdisjoint(HEAVY + PARSING), sorted(loaded & set(HEAVY + PARSING))
 
