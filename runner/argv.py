@@ -11,11 +11,11 @@ role and the option, as argparse would. Pure apart from printing the help and th
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
 from types import SimpleNamespace
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
     from typing import NamedTuple, NoReturn
 else:
     from shared.lighttuple import NamedTuple

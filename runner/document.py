@@ -13,7 +13,6 @@ limits: reasons cut to ``MAX_REASON_CHARS`` (runner/report.py), the identity che
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 from shared.canonical import canonical_json
@@ -30,6 +29,7 @@ from shared.timestamps import utc_text
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any, Literal, NamedTuple
 else:
     from shared.lighttuple import NamedTuple

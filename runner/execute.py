@@ -13,7 +13,6 @@ import math
 import os
 import select
 import time
-from collections.abc import Mapping
 
 from runner.document import Stream
 from shared.result_wire import MAX_TAIL_CHARS
@@ -21,6 +20,7 @@ from shared.result_wire import MAX_TAIL_CHARS
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:
     import signal
+    from collections.abc import Mapping
     from typing import Any, Final, NamedTuple
 else:
     from shared.lighttuple import NamedTuple

@@ -19,10 +19,11 @@ rank): the runner imports only the standard library and the stdlib-only modules 
 (tests/unit/test_runner_wire.py fails otherwise).
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import time
-from collections.abc import Sequence
 from types import SimpleNamespace
 
 from runner.argv import Option, Parser, Role
@@ -32,6 +33,10 @@ from runner.report import build_result, error_result, fit, read_measurements
 from shared.limits import MAX_PARTICIPANTS
 from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, ResultError, is_unicode
 from shared.verdict_names import PASS
+
+TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 LAUNCH = os.path.join(os.path.dirname(__file__), "launch.py")
 """The runner's entrypoint file (runner/launch.py), which MPI ranks are started with."""

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any, Final, NamedTuple
 else:
     from shared.lighttuple import NamedTuple

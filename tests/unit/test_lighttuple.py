@@ -53,7 +53,42 @@ ALIKE: Sequence[tuple[str, Callable[[type], object]]] = [
     ("equality and hash", lambda c: (c(1, 2) == (1, 2, "p"), hash(c(1, 2)) == hash((1, 2, "p")))),
     ("repr", lambda c: repr(c(1, 2)).replace(c.__name__, "N")),
     ("not a subclass of its base", lambda c: c.__mro__[1:]),
+    ("match args", lambda c: c.__match_args__),
+    ("make", lambda c: (type(c._make([1, 2, "m"])) is c, tuple(c._make(iter([1, 2, "m"]))))),
+    ("accessor", lambda c: (c.x.__doc__, c(5).x, c(5, 6).y, c(5).label, type(c.__dict__["x"]).__name__)),
+    ("no instance dictionary", lambda c: (c.__slots__, hasattr(c(1), "__dict__"))),
+    ("new arguments", lambda c: c(1, 2).__getnewargs__()),
+    ("class pattern", lambda c: _matched(c, c(7, label="m"))),
+    ("keyword after positional", lambda c: tuple(c(1, label="k", y=2))),
 ]
+
+
+def _matched(cls: type, value: object) -> object:
+    match value:
+        case cls(x, y, label="m"):  # type: ignore[misc]
+            return (x, y)
+    return None
+
+
+MISUSES: Sequence[tuple[str, Callable[[type], object]]] = [
+    ("too many positional", lambda c: c(1, 2, "q", 4)),
+    ("positional and keyword", lambda c: c(1, x=2)),
+    ("unknown keyword", lambda c: c(1, z=3)),
+    ("missing and unknown", lambda c: c(z=3)),
+    ("make of the wrong length", lambda c: c._make([1, 2])),
+    ("replace of an unknown field", lambda c: c(1)._replace(z=1)),
+    ("attribute set", lambda c: setattr(c(1), "x", 2)),
+]
+
+
+@pytest.mark.parametrize(("what", "misuse"), MISUSES, ids=[name for name, _ in MISUSES])
+def test_a_misuse_raises_what_typing_raises(what: str, misuse: Callable[[type], object]) -> None:
+    raised = []
+    for cls in (Light, Typed):
+        with pytest.raises(Exception) as caught:  # noqa: PT011 - the same type from both is the assertion
+            misuse(cls)
+        raised.append(caught.type)
+    assert raised[0] is raised[1], what
 
 
 @pytest.mark.parametrize(("what", "probe"), ALIKE, ids=[name for name, _ in ALIKE])

@@ -184,11 +184,13 @@ def test_a_pod_checks_runner_starts_without_the_heavy_modules(tmp_path: Path) ->
     assert result.stdout.digest == "sha256:" + hashlib.sha256().hexdigest()
 
 
-PARSING = ("json", "re", "enum", "functools", "contextlib")
+PARSING = ("json", "re", "enum", "functools", "contextlib", "collections")
 """What a Pod check's runner imported until 2026-12-05 whatever its script wrote: ``json`` (and
 ``re``, whose import loads ``enum`` and ``functools``) for its result's canonical bytes, ``enum``
 for the verdict and the signals' numbers, ``contextlib`` for two ``suppress``; now only to read
-measurements, when a script wrote some (a third of the runner's CPU at start: 35-37 ms to 20-23)."""
+measurements, when a script wrote some (a third of the runner's CPU at start: 35-37 ms to 20-23).
+And ``collections``, for ``collections.namedtuple`` (shared/lighttuple.py) and the annotations'
+``collections.abc``, until 2026-12-05 (afternoon): the type checker's alone now."""
 
 
 def test_a_runner_whose_script_writes_no_measurements_parses_no_json(tmp_path: Path) -> None:
