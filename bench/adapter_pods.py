@@ -8,8 +8,10 @@ that proof); the adapter's API requests by verb; its peak resident memory. Asser
 Floors in the same run: the Pod fan-out floor on the same Nodes, with its client in a process of
 its own that watches its Pods, as the adapter does (bench/fanout_floor.py: the GOAL lines); the
 same floor as measured until 2026-12-04, its client in the benchmark's process beside the process
-kubelet, polling (bench/floors.py, printed for the record); the step floor. Then the whole again
-at 1/``--factor`` of the participants, for the growth.
+kubelet, polling (bench/floors.py, printed for the record); the same fan-out floor with each Pod
+starting the runner's interpreter bare as the runner image starts it (``python -I -S -c pass``,
+for the record: the Python start every participant pays, whatever the runner does); the step
+floor. Then the whole again at 1/``--factor`` of the participants, for the growth.
 
 Each size is measured ``--repeat`` times (Signal, then its floors, back to back) and the GOAL
 lines give the medians: one run's floor alone swings by up to 2.5x here.
@@ -37,8 +39,12 @@ from bench.fanout_floor import pod_fanout_floor_apart
 from bench.floors import growth, pod_fanout_floor, row, step_floor
 from localcluster.cluster import LocalCluster
 from localcluster.kube import resource_path
+from localcluster.podprocess import IMAGE_ENTRYPOINTS, RUNNER_IMAGE
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from tests.adapter_support import AdapterWorld, check
+
+BARE_INTERPRETER = (*IMAGE_ENTRYPOINTS[RUNNER_IMAGE][:-1], "-c", "pass")
+"""The runner's interpreter with the runner image's flags (``-I -S``), running nothing."""
 
 
 async def main(participants: int, factor: int, repeat: int) -> None:
@@ -79,6 +85,15 @@ async def main(participants: int, factor: int, repeat: int) -> None:
                 full["results"],
                 "s",
                 "for the record: the floor as measured until 2026-12-04, its client in the kubelet's process",
+            )
+        )
+        print(
+            row(
+                "5 (vs the interpreter fan-out floor)",
+                full["interpreter_succeeded"],
+                full["results"],
+                "s",
+                "for the record: each floor Pod starts the runner's interpreter bare (python -I -S -c pass)",
             )
         )
         print(f"step floor (for goal 5's per-check overhead, not measured here): {full['step']:.2f}s")
@@ -183,6 +198,15 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
     window.used["`true` processes (and the client's exit)"] = _children_cpu() - children_before - client_total
     print(apart.describe())
     print(window.describe(apart.gone))
+    window, children_before = CpuWindow(processes({"bench (process kubelet)": os.getpid()})).begin(), _children_cpu()
+    interpreter, client_window, client_total = await pod_fanout_floor_apart(
+        plane.server, plane.ca_file, plane.admin_token, namespace, world.nodes, command=BARE_INTERPRETER
+    )
+    window.end()
+    window.used["the floor's client (in its window)"] = client_window
+    window.used["interpreters (and the client's exit)"] = _children_cpu() - children_before - client_total
+    print(interpreter.describe())
+    print(window.describe(interpreter.gone))
     step = await step_floor(cluster, world.nodes[0], namespace, repeats=2)
     print(step.describe())
     await world.cleanup()
@@ -193,6 +217,7 @@ async def run(cluster: LocalCluster, participants: int, namespace: str) -> dict[
         "floor_succeeded": apart.succeeded,
         "floor_gone": apart.gone,
         "in_process_succeeded": fanout.succeeded,
+        "interpreter_succeeded": interpreter.succeeded,
         "step": step.best,
     }
 

@@ -1,6 +1,9 @@
 """The Pod fan-out floor with its client in a process of its own, waiting with a watch (issue 15
 goal 5): N trivial Pods (``true``), one per simulated Node, created (at most ``--concurrency`` at
 once), run to Succeeded, then deleted until gone, by a bare httpx client with the admin's token.
+``command`` replaces ``true``: bench/adapter_pods.py also measures the fan-out of Pods that only
+start the runner's interpreter as the runner image starts it (``python -I -S -c pass``), to tell
+the Python start every participant pays from what Signal's runner adds to it.
 
 Why apart from bench/floors.py's :func:`~bench.floors.pod_fanout_floor`: the process kubelet of
 the local cluster runs in the benchmark's own process, on one event loop, and that floor's client
@@ -38,7 +41,9 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def client(server: str, ca_file: str, namespace: str, nodes: Sequence[str], concurrency: int) -> dict[str, float]:
+async def client(
+    server: str, ca_file: str, namespace: str, nodes: Sequence[str], concurrency: int, command: Sequence[str]
+) -> dict[str, float]:
     import httpx  # noqa: PLC0415 - the client process's alone
 
     tag = uuid.uuid4().hex[:8]
@@ -54,7 +59,7 @@ async def client(server: str, ca_file: str, namespace: str, nodes: Sequence[str]
                 "nodeName": node,
                 "restartPolicy": "Never",
                 "tolerations": [{"operator": "Exists"}],
-                "containers": [{"name": "main", "image": "busybox", "command": ["true"]}],
+                "containers": [{"name": "main", "image": "busybox", "command": list(command)}],
             },
         }
         for name, node in zip(names, nodes, strict=True)
@@ -109,13 +114,21 @@ async def client(server: str, ca_file: str, namespace: str, nodes: Sequence[str]
 
 
 async def pod_fanout_floor_apart(
-    server: str, ca_file: Path, token: str, namespace: str, nodes: Sequence[str], concurrency: int = 64
+    server: str,
+    ca_file: Path,
+    token: str,
+    namespace: str,
+    nodes: Sequence[str],
+    concurrency: int = 64,
+    command: Sequence[str] = ("true",),
 ) -> tuple["FanoutFloor", float, float]:
     """The floor measured by this file run as a client process of its own (see the docstring),
-    with the client's CPU seconds in the floor's window and in its whole life."""
+    each Pod running ``command``, with the client's CPU seconds in the floor's window and in its
+    whole life."""
     from bench.floors import FanoutFloor  # noqa: PLC0415 - not in the client process: its start is light
 
     argv = [sys.executable, __file__, server, str(ca_file), namespace, ",".join(nodes), str(concurrency)]
+    argv += ["--", *command]
     process = await asyncio.create_subprocess_exec(
         *argv, env={**os.environ, TOKEN_ENV: token}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
@@ -123,7 +136,8 @@ async def pod_fanout_floor_apart(
     if process.returncode != 0:
         raise RuntimeError(f"the fan-out floor's client failed (exit {process.returncode}): {err.decode()[-2000:]}")
     marks = json.loads(out.decode().strip().splitlines()[-1])
-    floor = FanoutFloor(len(nodes), marks["succeeded"], marks["gone"], "bare httpx in a process of its own, watching")
+    how = "bare httpx in a process of its own, watching"
+    floor = FanoutFloor(len(nodes), marks["succeeded"], marks["gone"], how, " ".join(command))
     return floor, marks["cpu_window"], marks["cpu_total"]
 
 
@@ -134,6 +148,8 @@ if __name__ == "__main__":
     parser.add_argument("namespace")
     parser.add_argument("nodes", help="comma-separated Node names, one Pod each")
     parser.add_argument("concurrency", type=int)
+    parser.add_argument("command", nargs="+", help="each Pod's command (after --)")
     args = parser.parse_args()
-    result = asyncio.run(client(args.server, args.ca_file, args.namespace, args.nodes.split(","), args.concurrency))
+    nodes = args.nodes.split(",")
+    result = asyncio.run(client(args.server, args.ca_file, args.namespace, nodes, args.concurrency, args.command))
     print(json.dumps(result))

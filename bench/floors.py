@@ -211,10 +211,12 @@ class FanoutFloor:
     gone: float
     """Created -> every Pod Succeeded and then deleted until gone."""
     client: str = "bare httpx in the benchmark's process, polling"
+    command: str = "true"
+    """What each Pod runs."""
 
     def describe(self) -> str:
         return (
-            f"Pod fan-out floor ({self.pods} Pods `true` on {self.pods} simulated Nodes, {self.client}): "
+            f"Pod fan-out floor ({self.pods} Pods `{self.command}` on {self.pods} simulated Nodes, {self.client}): "
             f"created -> all Succeeded {self.succeeded:.2f}s, -> all deleted and gone {self.gone:.2f}s"
         )
 

@@ -39,10 +39,12 @@ from typing import Any
 from localcluster.imageenv import image_env
 from localcluster.kube import KubeClient, Obj, resource_path
 
+RUNNER_IMAGE = "projectsignal.dev/runner"
+"""The runner's image, without tag or digest."""
 # Image (without tag or digest) -> entrypoint used when a container has no command.
 IMAGE_ENTRYPOINTS: dict[str, list[str]] = {
     # As in the image (Dockerfile.runner): the runner isolated and without ``site``.
-    "projectsignal.dev/runner": [
+    RUNNER_IMAGE: [
         sys.executable,
         "-I",
         "-S",
