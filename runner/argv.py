@@ -11,14 +11,16 @@ role and the option, as argparse would. Pure apart from printing the help and th
 from __future__ import annotations
 
 import sys
-from types import SimpleNamespace
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from types import SimpleNamespace
     from typing import NamedTuple, NoReturn
 else:
     from shared.lighttuple import NamedTuple
+
+    SimpleNamespace = type(sys.implementation)  # what types.py names so, without importing it
 
 
 class Option(NamedTuple):

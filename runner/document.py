@@ -13,8 +13,6 @@ limits: reasons cut to ``MAX_REASON_CHARS`` (runner/report.py), the identity che
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from shared.canonical import canonical_json
 from shared.result_wire import (
     RESULT_SCHEMA,
@@ -25,7 +23,7 @@ from shared.result_wire import (
     layout_hosts,
     layout_ranks,
 )
-from shared.timestamps import utc_text
+from shared.timestamps import datetime, utc_text
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:

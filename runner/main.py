@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from types import SimpleNamespace
 
 from runner.argv import Option, Parser, Role
 from runner.document import Identity, Result
@@ -37,6 +36,7 @@ from shared.verdict_names import PASS
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from types import SimpleNamespace
 
 LAUNCH = os.path.join(os.path.dirname(__file__), "launch.py")
 """The runner's entrypoint file (runner/launch.py), which MPI ranks are started with."""

@@ -10,7 +10,6 @@ adapter sees no result (Inconclusive).
 """
 
 import os
-from datetime import UTC, datetime
 
 from runner.document import Identity, Launcher, Result, Stream, render
 from runner.execute import Outcome, StrPath, summarise
@@ -24,7 +23,7 @@ from shared.result_wire import (
     strict_json,
     validate_measurements,
 )
-from shared.timestamps import to_millisecond
+from shared.timestamps import UTC, datetime, to_millisecond
 from shared.verdict_names import FAIL, INCONCLUSIVE, PASS
 
 MEASUREMENTS_FILE_LIMIT = 16 * 1024
