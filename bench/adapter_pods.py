@@ -17,6 +17,7 @@ Each size is measured ``--repeat`` times (Signal, then its floors, back to back)
 lines give the medians: one run's floor alone swings by up to 2.5x here.
 
     .venv/bin/python bench/adapter_pods.py [--participants 64] [--factor 10] [--repeat 3]
+        [--runner-launch OTHER_CHECKOUT/runner/launch.py]
 """
 
 import argparse
@@ -227,5 +228,13 @@ if __name__ == "__main__":
     parser.add_argument("--participants", type=int, default=64)
     parser.add_argument("--factor", type=int, default=10, help="also run at 1/factor of the participants (growth)")
     parser.add_argument("--repeat", type=int, default=3, help="repetitions; the GOAL lines give each figure's median")
+    parser.add_argument(
+        "--runner-launch",
+        type=Path,
+        help="another checkout's runner/launch.py for the simulated Nodes to start (an A/B of the runner)",
+    )
     args = parser.parse_args()
+    if args.runner_launch is not None:
+        IMAGE_ENTRYPOINTS[RUNNER_IMAGE][-1] = str(args.runner_launch.resolve(strict=True))
+        print(f"runner: {IMAGE_ENTRYPOINTS[RUNNER_IMAGE][-1]}")
     asyncio.run(main(args.participants, args.factor, max(1, args.repeat)))
