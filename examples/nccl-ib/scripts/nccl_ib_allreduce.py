@@ -34,6 +34,7 @@ digest: recompute it (see the README next to the profile). Standard library only
 verification is pure functions of the captured text (``parse_log``, ``verify``).
 """
 
+import io
 import json
 import math
 import os
@@ -338,7 +339,7 @@ def _verify_transport(parsed: Parsed, faults: list[str], missing: list[str], set
     chosen = [n for n in parsed.networks if not _IB_NET.match(n) and n != "Socket"]
     if chosen:
         faults.append(f"NCCL chose network {chosen[0]!r}, not IB")
-    kinds = {c.net: c.host for c in inter}
+    kinds = {c.net: c.host for c in inter if c.net is not None}  # every one: ``inter`` has a net
     if len(kinds) > 1:
         hosts = set(kinds.values())
         if len(hosts) == 1:
@@ -516,7 +517,7 @@ def _run_benchmark(workdir: Path, rank: int) -> tuple[int | None, str]:
         print(f"nccl-ib: cannot start {argv[0]}: {exc.strerror}", file=sys.stderr)
         return None, ""
     stream = process.stdout
-    assert stream is not None
+    assert isinstance(stream, io.BufferedReader)  # a pipe, buffered (Popen's default bufsize)
     for block in iter(lambda: stream.read1(1 << 16), b""):
         sys.stdout.buffer.write(block)
         sys.stdout.buffer.flush()
