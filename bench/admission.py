@@ -207,20 +207,25 @@ async def _concurrent(
 ) -> None:
     """The window from the first of the groups' request writes to their last Run's Running PATCH,
     the requester labelling them as the controller admits them."""
-    admin, namespace = world.admin, world.namespace
+    # The groups' Runs are those not there before: the latency's Runs of the same profile stay
+    # Running (LATENCY_REPEATS of them), so counting the profile's Running Runs ended the window
+    # before the last groups were admitted (1 group of 64: 3 writes in the window).
+    existing = {r["metadata"]["name"] for r in await world.runs()}
+    tail = RequestTail(log)
+    tail.read()  # what the controller sent so far is before the window
     cpu = CpuWindow(processes({"controller": pid, "bench (requester)": os.getpid()})).begin()
     t1 = time.time()
     await request_all(world, profile, wanted)
     requested_at_all = time.time()
 
     async def all_running() -> bool:
-        phases = [(r.get("status") or {}).get("phase") for r in await runs_of(admin, namespace, profile)]
-        return phases.count("Running") >= groups + 1
+        return new_runs_status_cut(tail.read(), t1, groups, existing) is not None
 
-    polled = await wait_for(f"{groups} more Runs Running", all_running, timeout=60.0 + 5.0 * groups)
+    polled = await wait_for(f"{groups} more Runs of {profile} Running", all_running, timeout=60.0 + 5.0 * groups)
     cpu.end()
-    requests = log.read()
-    done = running_cut(requests, t1, groups) or polled  # the last Running PATCH sent
+    requests = tail.seen
+    done = new_runs_status_cut(requests, t1, groups, existing)  # the last group's Running PATCH sent
+    assert done is not None
     after = RequestLog.window(requests, requested_at_all, done)
     figures.after_request_seconds = done - requested_at_all
     figures.after_request_writes = writes(after)
