@@ -44,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -202,30 +203,49 @@ async def _measure(
     return figures
 
 
+@dataclass
+class NewRuns:
+    """The Runs a throughput window's groups create: those not there at its start, found in the
+    controller's request log read as it grows (no LIST of Runs competing with the controller)."""
+
+    existing: set[str]
+    tail: RequestTail
+
+    @classmethod
+    async def start(cls, world: World, log: RequestLog) -> "NewRuns":
+        tail = RequestTail(log)
+        tail.read()  # what the controller sent so far is before the window
+        return cls({r["metadata"]["name"] for r in await world.runs()}, tail)
+
+    async def running(self, since: float, groups: int, what: str) -> tuple[float, float]:
+        """Wait until ``groups`` new Runs' Running PATCHes were sent after ``since``: when polling
+        saw it, and the time of the last of them (the window's end)."""
+
+        async def all_running() -> bool:
+            return new_runs_status_cut(self.tail.read(), since, groups, self.existing) is not None
+
+        polled = await wait_for(what, all_running, timeout=60.0 + 5.0 * groups)
+        done = new_runs_status_cut(self.tail.seen, since, groups, self.existing)
+        assert done is not None
+        return polled, done
+
+
 async def _concurrent(
     world: World, log: RequestLog, pid: int, profile: str, wanted: list[str], groups: int, figures: Figures
 ) -> None:
     """The window from the first of the groups' request writes to their last Run's Running PATCH,
     the requester labelling them as the controller admits them."""
-    # The groups' Runs are those not there before: the latency's Runs of the same profile stay
-    # Running (LATENCY_REPEATS of them), so counting the profile's Running Runs ended the window
-    # before the last groups were admitted (1 group of 64: 3 writes in the window).
-    existing = {r["metadata"]["name"] for r in await world.runs()}
-    tail = RequestTail(log)
-    tail.read()  # what the controller sent so far is before the window
+    # The groups' Runs are the new ones: the latency's Runs of the same profile stay Running
+    # (LATENCY_REPEATS of them), so counting the profile's Running Runs ended the window before
+    # the last groups were admitted (1 group of 64: 3 writes in the window).
+    runs = await NewRuns.start(world, log)
     cpu = CpuWindow(processes({"controller": pid, "bench (requester)": os.getpid()})).begin()
     t1 = time.time()
     await request_all(world, profile, wanted)
     requested_at_all = time.time()
-
-    async def all_running() -> bool:
-        return new_runs_status_cut(tail.read(), t1, groups, existing) is not None
-
-    polled = await wait_for(f"{groups} more Runs of {profile} Running", all_running, timeout=60.0 + 5.0 * groups)
+    polled, done = await runs.running(t1, groups, f"{groups} more Runs of {profile} Running")
     cpu.end()
-    requests = tail.seen
-    done = new_runs_status_cut(requests, t1, groups, existing)  # the last group's Running PATCH sent
-    assert done is not None
+    requests = runs.tail.seen
     after = RequestLog.window(requests, requested_at_all, done)
     figures.after_request_seconds = done - requested_at_all
     figures.after_request_writes = writes(after)
@@ -252,27 +272,19 @@ async def _backlog(
     began = time.monotonic()
     await request_all(world, many, wanted)
     print(f"  backlog: {len(wanted)} Nodes requested for {many} (not yet created) in {time.monotonic() - began:.1f}s")
-    existing = {r["metadata"]["name"] for r in await world.runs()}
-    tail = RequestTail(log)
-    tail.read()  # what the controller sent so far is before the window
+    runs = await NewRuns.start(world, log)
     cpu = CpuWindow(processes({"controller": pid, "bench (requester)": os.getpid()})).begin()
     t1 = time.time()
     await world.add_profile(profile_body(many, world.namespace, group))
-
-    async def all_running() -> bool:
-        return new_runs_status_cut(tail.read(), t1, groups, existing) is not None
-
-    polled = await wait_for(f"{groups} Runs of {many} Running", all_running, timeout=60.0 + 5.0 * groups)
+    polled, done = await runs.running(t1, groups, f"{groups} Runs of {many} Running")
     cpu.end()
-    done = new_runs_status_cut(tail.seen, t1, groups, existing)
-    assert done is not None
 
     async def stored_running() -> bool:  # after the window: the PATCHes' outcome as stored
         phases = [(r.get("status") or {}).get("phase") for r in await runs_of(world.admin, world.namespace, many)]
         return phases.count("Running") >= groups
 
     await wait_for(f"{groups} Runs of {many} stored Running", stored_running, timeout=60.0)
-    _throughput(figures, RequestLog.window(tail.seen, t1, done), groups, done - t1, cpu.describe(polled - t1))
+    _throughput(figures, RequestLog.window(runs.tail.seen, t1, done), groups, done - t1, cpu.describe(polled - t1))
     figures.backlog = True
 
 
