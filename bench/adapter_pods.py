@@ -97,6 +97,15 @@ async def main(participants: int, factor: int, repeat: int) -> None:
                 "for the record: each floor Pod starts the runner's interpreter bare (python -I -S -c pass)",
             )
         )
+        print(
+            row(
+                "5 (bare interpreters vs `true`)",
+                full["floor_succeeded"],
+                full["interpreter_succeeded"],
+                "s",
+                "for the record: what a Python start in every Pod costs before any runner code runs",
+            )
+        )
         print(f"step floor (for goal 5's per-check overhead, not measured here): {full['step']:.2f}s")
         print(growth("adapter start -> results", small["results"], full["results"], factor, "s"))
         print(growth("Pod fan-out floor", small["floor_succeeded"], full["floor_succeeded"], factor, "s"))
