@@ -46,6 +46,8 @@ async def client(
 ) -> dict[str, float]:
     import httpx  # noqa: PLC0415 - the client process's alone
 
+    from bench.lanes import Lanes  # noqa: PLC0415 - ditto
+
     tag = uuid.uuid4().hex[:8]
     selector = f"bench.projectsignal.dev/floor={tag}"
     path = f"/api/v1/namespaces/{namespace}/pods"
@@ -65,17 +67,17 @@ async def client(
         for name, node in zip(names, nodes, strict=True)
     ]
     headers = {"Authorization": f"Bearer {os.environ[TOKEN_ENV]}", "Content-Type": "application/json"}
-    limits = httpx.Limits(max_connections=concurrency + 1, max_keepalive_connections=concurrency + 1)
     verify = ssl.create_default_context(cafile=ca_file)
-    async with httpx.AsyncClient(base_url=server, verify=verify, headers=headers, timeout=120, limits=limits) as http:
+    # The watch on a client of its own; the creates and deletes ``concurrency`` at once at most,
+    # one connection each (bench/lanes.py says why not one pooled client).
+    lanes = Lanes(concurrency, base_url=server, verify=verify, headers=headers, timeout=120)
+    async with httpx.AsyncClient(base_url=server, verify=verify, headers=headers, timeout=120) as http:
         listing = (await http.get(path, params={"labelSelector": selector})).json()
-        gate = asyncio.Semaphore(concurrency)
 
         async def send(method: str, target: str, body: object = None) -> None:
-            async with gate:
-                answer = await http.request(method, target, content=None if body is None else json.dumps(body))
-                if answer.status_code >= 300:
-                    raise RuntimeError(f"{method} {target}: {answer.status_code} {answer.text[:300]}")
+            answer = await lanes.request(method, target, content=None if body is None else json.dumps(body))
+            if answer.status_code >= 300:
+                raise RuntimeError(f"{method} {target}: {answer.status_code} {answer.text[:300]}")
 
         phases: dict[str, str] = {}
         marks: dict[str, float] = {}
@@ -109,6 +111,7 @@ async def client(
                     marks["cpu_window"] = _cpu() - cpu_began
                     await deletes
                     break
+    await lanes.aclose()
     marks["cpu_total"] = _cpu()
     return marks
 
@@ -150,6 +153,7 @@ if __name__ == "__main__":
     parser.add_argument("concurrency", type=int)
     parser.add_argument("command", nargs="+", help="each Pod's command (after --)")
     args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.lanes, as the benchmarks import it
     nodes = args.nodes.split(",")
     result = asyncio.run(client(args.server, args.ca_file, args.namespace, nodes, args.concurrency, args.command))
     print(json.dumps(result))

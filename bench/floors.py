@@ -27,8 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from bench.lanes import Lanes
 from localcluster.cluster import LocalCluster
 from localcluster.kube import resource_path
 from localcluster.rbac import rbac_in_effect
@@ -66,16 +65,19 @@ def growth(label: str, small: float, large: float, factor: int, unit: str) -> st
 
 
 class Bare:
-    """A bare httpx client with the cluster admin's token: no Signal code in the way."""
+    """A bare httpx client with the cluster admin's token, ``connections`` requests at once at
+    most, one connection each (bench/lanes.py): no Signal code in the way."""
 
     def __init__(self, cluster: LocalCluster, connections: int = 64) -> None:
         plane = cluster.plane
-        self.http = httpx.AsyncClient(
+        # One connection per lane (bench/lanes.py): a pooled client's bookkeeping at 64 requests
+        # in flight took the API server's CPU and made the floors slower than a bare client is.
+        self.http = Lanes(
+            connections,
             base_url=plane.server,
             verify=ssl.create_default_context(cafile=str(plane.ca_file)),
             headers={"Authorization": f"Bearer {plane.admin_token}", "Accept": "application/json"},
             timeout=60.0,
-            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
         )
 
     async def __aenter__(self) -> "Bare":
