@@ -7,6 +7,7 @@ published JSON Schema (schemas/validation-result-v1.json) cannot disagree.
 from typing import Any, Final
 
 from shared.envelope import State, ValidationResult
+from shared.schema_docs import DocumentedSchema
 
 Obj = dict[str, Any]
 API_VERSION: Final = "v1"
@@ -39,7 +40,10 @@ def _query(name: str, schema: Obj, description: str) -> Obj:
 
 def _components() -> Obj:
     envelope = ValidationResult.model_json_schema(
-        by_alias=True, mode="serialization", ref_template="#/components/schemas/{model}"
+        by_alias=True,
+        mode="serialization",
+        ref_template="#/components/schemas/{model}",
+        schema_generator=DocumentedSchema,
     )
     schemas: Obj = dict(envelope.pop("$defs", {}))
     schemas["ValidationResult"] = envelope

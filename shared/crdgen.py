@@ -18,6 +18,7 @@ from shared import keys
 from shared.meta import DNS_LABEL_PATTERN
 from shared.profile import CertificationProfile
 from shared.run import CertificationRun
+from shared.schema_docs import DocumentedSchema
 
 JsonSchema = dict[str, Any]
 
@@ -74,7 +75,7 @@ def _resolve(node: Any, defs: dict[str, JsonSchema]) -> Any:
 
 def structural_schema(model: type[BaseModel]) -> JsonSchema:
     """The model's JSON Schema as a Kubernetes structural schema (refs inlined)."""
-    raw = model.model_json_schema(by_alias=True, mode="validation")
+    raw = model.model_json_schema(by_alias=True, mode="validation", schema_generator=DocumentedSchema)
     schema: JsonSchema = _resolve(raw, raw.get("$defs", {}))
     return schema
 

@@ -28,6 +28,7 @@ from shared.digests import canonical_json, sha256_digest
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, SCHEMA_ANNOTATION, EvidenceError, decode_document
 from shared.meta import Digest, StrictModel
 from shared.run import TERMINAL_PHASES, Phase, Verdict
+from shared.schema_docs import DocumentedSchema
 
 ENVELOPE_SCHEMA: Final = "projectsignal.dev/validation-result/v1"
 SCHEMA_FILE: Final = "schemas/validation-result-v1.json"
@@ -363,7 +364,7 @@ def derive(run: Obj, evidence: RunEvidence, *, cluster: str, observed_at: dateti
 
 def json_schema() -> Obj:
     """The published JSON Schema of the envelope."""
-    schema = ValidationResult.model_json_schema(by_alias=True, mode="serialization")
+    schema = ValidationResult.model_json_schema(by_alias=True, mode="serialization", schema_generator=DocumentedSchema)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"https://{keys.GROUP}/schemas/validation-result-v1.json",

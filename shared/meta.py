@@ -45,12 +45,12 @@ class WireModel(BaseModel):
     process builds only the models it uses, so every service, and the adapter at every check's
     step, starts sooner (issue 15). The first use of a model from several threads at once is
     safe with the pinned pydantic (its rebuild lock); tests/unit/test_deferred_models.py holds
-    that, and that every model builds."""
+    that, and that every model builds. Attribute docstrings become field descriptions only in
+    generated schemas (shared/schema_docs.py), not at class creation."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
         populate_by_name=True,
-        use_attribute_docstrings=True,
         extra="ignore",
         frozen=True,
         defer_build=True,
