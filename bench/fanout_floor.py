@@ -71,47 +71,49 @@ async def client(
     # The watch on a client of its own; the creates and deletes ``concurrency`` at once at most,
     # one connection each (bench/lanes.py says why not one pooled client).
     lanes = Lanes(concurrency, base_url=server, verify=verify, headers=headers, timeout=120)
-    async with httpx.AsyncClient(base_url=server, verify=verify, headers=headers, timeout=120) as http:
-        listing = (await http.get(path, params={"labelSelector": selector})).json()
+    try:
+        async with httpx.AsyncClient(base_url=server, verify=verify, headers=headers, timeout=120) as http:
+            listing = (await http.get(path, params={"labelSelector": selector})).json()
 
-        async def send(method: str, target: str, body: object = None) -> None:
-            answer = await lanes.request(method, target, content=None if body is None else json.dumps(body))
-            if answer.status_code >= 300:
-                raise RuntimeError(f"{method} {target}: {answer.status_code} {answer.text[:300]}")
+            async def send(method: str, target: str, body: object = None) -> None:
+                answer = await lanes.request(method, target, content=None if body is None else json.dumps(body))
+                if answer.status_code >= 300:
+                    raise RuntimeError(f"{method} {target}: {answer.status_code} {answer.text[:300]}")
 
-        phases: dict[str, str] = {}
-        marks: dict[str, float] = {}
-        params = {
-            "watch": "1",
-            "labelSelector": selector,
-            "resourceVersion": listing["metadata"]["resourceVersion"],
-            "allowWatchBookmarks": "false",
-        }
-        async with http.stream("GET", path, params=params, timeout=None) as events:
-            began, cpu_began = time.perf_counter(), _cpu()
-            creates = asyncio.ensure_future(asyncio.gather(*(send("POST", path, b) for b in bodies)))
-            deletes: asyncio.Future[object] | None = None
-            async for line in events.aiter_lines():
-                if not line:
-                    continue
-                if creates.done() and creates.exception() is not None:
-                    raise RuntimeError(f"creating the floor's Pods failed: {creates.exception()}")
-                event = json.loads(line)
-                name = event["object"]["metadata"]["name"]
-                if event["type"] == "DELETED":
-                    phases[name] = "Gone"
-                else:
-                    phases[name] = (event["object"].get("status") or {}).get("phase", "")
-                if deletes is None and all(phases.get(n) == "Succeeded" for n in names):
-                    marks["succeeded"] = time.perf_counter() - began
-                    await creates
-                    deletes = asyncio.ensure_future(asyncio.gather(*(send("DELETE", f"{path}/{n}") for n in names)))
-                if deletes is not None and all(phases.get(n) == "Gone" for n in names):
-                    marks["gone"] = time.perf_counter() - began
-                    marks["cpu_window"] = _cpu() - cpu_began
-                    await deletes
-                    break
-    await lanes.aclose()
+            phases: dict[str, str] = {}
+            marks: dict[str, float] = {}
+            params = {
+                "watch": "1",
+                "labelSelector": selector,
+                "resourceVersion": listing["metadata"]["resourceVersion"],
+                "allowWatchBookmarks": "false",
+            }
+            async with http.stream("GET", path, params=params, timeout=None) as events:
+                began, cpu_began = time.perf_counter(), _cpu()
+                creates = asyncio.ensure_future(asyncio.gather(*(send("POST", path, b) for b in bodies)))
+                deletes: asyncio.Future[object] | None = None
+                async for line in events.aiter_lines():
+                    if not line:
+                        continue
+                    if creates.done() and creates.exception() is not None:
+                        raise RuntimeError(f"creating the floor's Pods failed: {creates.exception()}")
+                    event = json.loads(line)
+                    name = event["object"]["metadata"]["name"]
+                    if event["type"] == "DELETED":
+                        phases[name] = "Gone"
+                    else:
+                        phases[name] = (event["object"].get("status") or {}).get("phase", "")
+                    if deletes is None and all(phases.get(n) == "Succeeded" for n in names):
+                        marks["succeeded"] = time.perf_counter() - began
+                        await creates
+                        deletes = asyncio.ensure_future(asyncio.gather(*(send("DELETE", f"{path}/{n}") for n in names)))
+                    if deletes is not None and all(phases.get(n) == "Gone" for n in names):
+                        marks["gone"] = time.perf_counter() - began
+                        marks["cpu_window"] = _cpu() - cpu_began
+                        await deletes
+                        break
+    finally:
+        await lanes.aclose()
     marks["cpu_total"] = _cpu()
     return marks
 

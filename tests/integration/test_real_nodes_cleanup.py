@@ -63,8 +63,12 @@ CHILD = textwrap.dedent(
         info = {
             "bridge": nodes.network.bridge, "cgroup": nodes.cgroup, "record": str(nodes._record),
             "nftTable": nodes.network.nft_table,
-            "janitor": record["janitor"][0], "workdir": str(cluster.plane.workdir),
-            "pids": sorted(hoststate._pids_in(nodes.cgroup)),
+            "janitor": record["janitor"], "owner": record["owner"], "workdir": str(cluster.plane.workdir),
+            # Each process as [pid, start time]: a pid the host gives to a later process is not it.
+            "processes": [
+                [pid, start] for pid in sorted(hoststate._pids_in(nodes.cgroup))
+                if (start := hoststate.start_time(pid)) is not None
+            ],
         }
         print(json.dumps(info), flush=True)
         if (await asyncio.to_thread(sys.stdin.readline)).strip() == "stop":
@@ -93,13 +97,26 @@ def host_view() -> dict[str, Any]:
     }
 
 
-def _alive(pid: int) -> bool:
-    return hoststate.start_time(pid) is not None
+def _alive(entry: list[int]) -> bool:
+    """Whether the process noted as ``[pid, start time]`` is still that process (not a zombie)."""
+    return hoststate.alive(entry)
+
+
+def _described(entry: list[int]) -> str:
+    """A noted process as the host has it now, for a failure's message."""
+    pid = entry[0]
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cgroups = ";".join(Path(f"/proc/{pid}/cgroup").read_text().split())
+    except OSError as exc:
+        return f"{pid}: gone while described ({exc})"
+    return f"{pid}: state {stat[stat.rindex(')') + 2]} {command!r} cgroups {cgroups}"
 
 
 def leftovers(info: dict[str, Any]) -> list[str]:
     """Everything of the child's cluster still on the host."""
-    found = [f"process {pid}" for pid in info["pids"] if _alive(pid)]
+    found = [f"process {_described(entry)}" for entry in info["processes"] if _alive(entry)]
     found += [f"bridge {info['bridge']}"] if Path("/sys/class/net", info["bridge"]).exists() else []
     found += [f"cgroup {d}" for d in hoststate.cgroup_dirs(info["cgroup"]) if d.exists()]
     found += [f"record {info['record']}"] if Path(info["record"]).exists() else []
@@ -141,7 +158,7 @@ def child() -> Iterator[tuple[subprocess.Popen[str], dict[str, Any], dict[str, A
         line = process.stdout.readline()
         assert line, f"the child cluster did not start (exit {process.wait()})"
         info = json.loads(line)
-        assert len(info["pids"]) >= 5, info  # holder, containerd, kubelet, kube-proxy, a shim, the Pod
+        assert len(info["processes"]) >= 5, info  # holder, containerd, kubelet, kube-proxy, a shim, the Pod
         yield process, info, before
     finally:
         if process.poll() is None:
@@ -183,18 +200,21 @@ def test_the_next_start_cleans_what_a_killed_cluster_and_janitor_left(
     child: tuple[subprocess.Popen[str], dict[str, Any], dict[str, Any]], tmp_path: Path
 ) -> None:
     process, info, before = child
-    os.kill(info["janitor"], signal.SIGKILL)
+    os.kill(info["janitor"][0], signal.SIGKILL)
     process.send_signal(signal.SIGKILL)
     process.wait()
     # Nobody cleans up: the Pod's container and containerd's shim outlive everything else.
     assert Path("/sys/class/net", info["bridge"]).exists()
     assert f"nftables table {info['nftTable']}" in leftovers(info)
-    assert any(_alive(pid) for pid in info["pids"])
+    assert any(_alive(entry) for entry in info["processes"])
+    # The premise of the sweep: owner and janitor are both gone (else the record is left alone).
+    assert not _alive(info["owner"]), _described(info["owner"])
+    assert not _alive(info["janitor"]), _described(info["janitor"])
     assert Path(info["record"]).exists()
     nodes = RealNodes(gpu_nodes(1))
     nodes.prepare(ControlPlane(workdir=tmp_path / "next"))  # the next start sweeps first
     try:
-        assert [pid for pid in info["pids"] if _alive(pid)] == []
+        assert [_described(entry) for entry in info["processes"] if _alive(entry)] == []
         assert [d for d in hoststate.cgroup_dirs(info["cgroup"]) if d.exists()] == []
         # The slot is free again, so the new cluster may take the same bridge and record names.
         assert nodes._record is not None
