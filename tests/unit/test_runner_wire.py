@@ -260,6 +260,8 @@ def test_no_role_of_the_runner_imports_pydantic(tmp_path: Path) -> None:
         "SIGNAL_POD_NAME": "pod-0",
         "SIGNAL_POD_UID": "uid-0",
         "SIGNAL_PARTICIPANT_INDEX": "0",
+        # The launcher's rank makes its scratch directory there (runner/main.py), not in /tmp.
+        "TMPDIR": str(tmp_path),
     }
     done = subprocess.run(
         [sys.executable, "-c", PYDANTIC_FREE, str(tmp_path)],
