@@ -19,6 +19,7 @@ from controller.manifests import (
     GROUP_HASH_LABEL,
     controlled_by,
     group_hash,
+    next_ordinal,
     run_manifest,
     run_name,
     snapshot_manifest,
@@ -47,8 +48,8 @@ async def admit(
         default=1,
     )
     ghash = group_hash(profile.metadata.uid or "", attempt, selection.nodes)
-    ordinal = 1 + sum(1 for r in ctx.runs.items.values() if r.labels.get(GROUP_HASH_LABEL) == ghash)
-    name = run_name(profile.metadata.name, ghash, ordinal)
+    group_runs = (r.name for r in ctx.runs.items.values() if r.labels.get(GROUP_HASH_LABEL) == ghash)
+    name = run_name(profile.metadata.name, ghash, next_ordinal(profile.metadata.name, ghash, group_runs))
     bound = log.bind(run=name, profile=profile.metadata.name, nodes=len(selection.nodes))
     await ctx.write_ledger(
         ledger.with_group(name, Group(profile.metadata.name, tuple(n.name for n in selection.nodes)))
@@ -73,7 +74,12 @@ async def admit(
             await ctx.write_ledger(ledger.without(name))
             raise AdmissionAborted(f"Run {name} already exists for another admission; will retry") from None
     bound.info("run created", uid=run["metadata"]["uid"])
-    return await complete_admission(ctx, run_view(run), source)
+    try:
+        return await complete_admission(ctx, run_view(run), source)
+    except TerminalError as exc:
+        # The Run's, not the profile's (a Workflow of the Run's name that it does not own): the
+        # Run's own key ends it; the profile goes on admitting its other groups.
+        raise AdmissionAborted(f"Run {name}: {exc.message}") from None
 
 
 def _same_admission(existing: Obj, wanted: Obj) -> bool:

@@ -20,7 +20,7 @@ whose Run does not exist yet only because no admission is between those two writ
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from time import monotonic
@@ -86,6 +86,25 @@ def _version(obj: Any) -> str:
 
 def _generation(obj: Obj | None) -> object:
     return ((obj or {}).get("metadata") or {}).get("generation")
+
+
+async def each_pass(ctx: Context, passes: Sequence[Callable[[Context], Awaitable[object]]]) -> None:
+    """Run every one of the fleet-wide passes, each whatever the ones before it raised, then
+    raise the first failure (for the key's backoff): a pass stopped by one object (a Node the
+    API refuses to release) must not hold back the others (retention, the re-assertion of Node
+    projections). FATAL stops at once."""
+    failure: Exception | None = None
+    for one in passes:
+        try:
+            await one(ctx)
+        except FATAL:
+            raise
+        except Exception as exc:
+            if failure is not None:
+                log.warning("fleet pass failed", fleet_pass=one.__name__, error=f"{type(exc).__name__}: {exc}"[:300])
+            failure = failure or exc
+    if failure is not None:
+        raise failure
 
 
 class Controller:
@@ -180,10 +199,10 @@ class Controller:
 
     async def reconcile(self, key: Key, *, resync: bool) -> Result:
         if key.kind is Kind.GROUPS:
-            await recover(self.ctx)
-            await enforce_retention(self.ctx)
+            passes: list[Callable[[Context], Awaitable[object]]] = [recover, enforce_retention]
             if resync:  # Node projections from the profiles' records (issue 12; controller/reassert.py)
-                await reassert_projections(self.ctx)
+                passes.append(reassert_projections)
+            await each_pass(self.ctx, passes)
             self.refresh_metrics()
             return Done()
         obj = self._current(key)

@@ -1,14 +1,15 @@
 """Objects the controller writes, built as plain dicts from plain data. Pure.
 
 Deterministic names: a Run is ``<profile>-<hash of profile uid, attempt and the group's Node
-uids>-<ordinal>``, where the ordinal counts earlier Runs of the same group, so a repeated
-admission of the same state produces the same name (a harmless AlreadyExists) while a later
-re-certification of the same group gets a new one. Children are named after their Run."""
+uids>-<ordinal>``, where the ordinal is one past the highest of the group's Runs still there
+(``next_ordinal``), so a repeated admission of the same state produces the same name (a
+harmless AlreadyExists) while a later re-certification of the same group gets a new one, also
+after retention deleted the group's older Runs. Children are named after their Run."""
 
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from controller.nodes import RESERVED_TAINT_KEY, NodeView
@@ -27,6 +28,27 @@ def group_hash(profile_uid: str, attempt: int, nodes: Sequence[NodeView]) -> str
 
 def run_name(profile: str, ghash: str, ordinal: int) -> str:
     return f"{profile[:40]}-{ghash}-{ordinal}"
+
+
+MAX_ORDINAL_DIGITS = 9
+"""A name's ordinal beyond this many digits is no Run of ours: it is ignored, not continued."""
+
+
+def next_ordinal(profile: str, ghash: str, names: Iterable[str]) -> int:
+    """The ordinal of a group's next Run: one past the highest ordinal among ``names`` (the
+    group's Runs still there). Not their count: retention deletes a group's oldest Runs, and a
+    count would then name the newest Run still there, again and again. A name not of this
+    profile and group (hand-made, carrying the group's label) counts for nothing."""
+    prefix = run_name(profile, ghash, 0)[:-1]
+    ordinals = [
+        int(tail)
+        for name in names
+        if name.startswith(prefix)
+        and (tail := name[len(prefix) :]).isascii()
+        and tail.isdigit()
+        and len(tail) <= MAX_ORDINAL_DIGITS
+    ]
+    return 1 + max(ordinals, default=0)
 
 
 def snapshot_name(run: str) -> str:

@@ -16,6 +16,10 @@ from shared import keys
 
 
 async def _run_uid(ctx: Context, name: str, namespace: str) -> str | None:
+    """The uid of Run ``namespace/name``, None if there is none. No name names no Run (a
+    Workflow labelled with a Run's uid but not its name): never the Runs' collection."""
+    if not name:
+        return None
     run = await ctx.kube.get_or_none(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace or ctx.namespace, name))
     return None if run is None else str(run["metadata"]["uid"])
 

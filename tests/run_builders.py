@@ -71,3 +71,41 @@ async def store(admin: KubeClient, namespace: str, name: str, body: Obj) -> None
     await admin.create(
         resource_path("v1", "configmaps", namespace), {**body, "metadata": {**body["metadata"], "name": name}}
     )
+
+
+async def finished_run(
+    admin: KubeClient,
+    namespace: str,
+    nodes: Sequence[Obj],
+    profile: str,
+    *,
+    name: str = "",
+    labels: dict[str, str] | None = None,
+    completed: str = "2026-11-30T01:00:00Z",
+) -> Obj:
+    """A Run as an earlier certification leaves it: Succeeded and Released (its group given
+    back), named ``name`` when given and carrying ``labels`` besides the profile's."""
+    body = run_body(namespace, nodes, profile)
+    if name:
+        body["metadata"]["name"] = name
+        body["spec"]["source"]["snapshotConfigMap"] = f"{name}-scripts"
+    body["metadata"]["labels"].update(labels or {})
+    name = body["metadata"]["name"]
+    await admin.create(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace), body)
+    released = {
+        "type": "Released",
+        "status": "True",
+        "reason": "Released",
+        "message": "every participant released",
+        "lastTransitionTime": completed,
+    }
+    status = {
+        "phase": "Succeeded",
+        "reason": "AllChecksPassed",
+        "startTime": "2026-11-30T00:00:00Z",
+        "completionTime": completed,
+        "conditions": [released],
+    }
+    return await admin.merge_patch(
+        resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace, name, "status"), {"status": status}
+    )

@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from controller.ledger import LedgerError
-from controller.loop import MAX_FAILURES, Controller, Key, Kind
+from controller.loop import MAX_FAILURES, Controller, Key, Kind, each_pass
 from controller.requeue import run_requeue, stale_after_own_write
 from controller.runview import run_view
 from controller.state import Context, NotLeader
@@ -260,3 +260,48 @@ async def test_a_run_that_cannot_be_read_is_ended_not_retried() -> None:
     await controller.process(key)
     assert [(k, reason) for k, reason, _ in controller.ends] == [(RUN, "MalformedRun")]
     assert "status.conditions is not a list of objects" in controller.ends[0][2]
+
+
+SERVER_ERROR = error_for(500, "boom", "PATCH", "/api/v1/nodes/n1")
+
+
+def _scripted_passes(outcomes: list[BaseException | None], ran: list[str]) -> list[Any]:
+    def one(i: int, outcome: BaseException | None) -> Any:
+        async def fleet_pass(ctx: Context) -> None:
+            ran.append(f"pass{i}")
+            if outcome is not None:
+                raise outcome
+
+        fleet_pass.__name__ = f"pass{i}"
+        return fleet_pass
+
+    return [one(i, o) for i, o in enumerate(outcomes)]
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "raised"),
+    [
+        pytest.param([None, None, None], None, id="all pass"),
+        pytest.param([KeyError("uid"), None, None], KeyError, id="the first fails: the others still run"),
+        pytest.param([None, SERVER_ERROR, ValueError("x")], type(SERVER_ERROR), id="the first failure raised"),
+    ],
+)
+async def test_each_fleet_pass_runs_whatever_the_ones_before_it_raised(
+    outcomes: list[BaseException | None], raised: type[BaseException] | None
+) -> None:
+    ran: list[str] = []
+    passes = _scripted_passes(outcomes, ran)
+    if raised is None:
+        await each_pass(cast(Context, None), passes)
+    else:
+        with pytest.raises(raised):
+            await each_pass(cast(Context, None), passes)
+    assert ran == [f"pass{i}" for i in range(len(outcomes))]
+
+
+@pytest.mark.parametrize("fatal", [NotLeader("lost"), LedgerError("malformed")])
+async def test_a_fatal_error_stops_the_fleet_passes_at_once(fatal: BaseException) -> None:
+    ran: list[str] = []
+    with pytest.raises(type(fatal)):
+        await each_pass(cast(Context, None), _scripted_passes([fatal, None], ran))
+    assert ran == ["pass0"]

@@ -11,6 +11,7 @@ from controller.manifests import (
     GROUP_HASH_LABEL,
     WORKFLOW_TEMPLATE,
     group_hash,
+    next_ordinal,
     release_patch,
     reservation_patch,
     run_manifest,
@@ -117,6 +118,35 @@ def test_run_name_is_a_label_value_for_any_profile_name(profile: str, ordinal: i
     name = run_name(profile, group_hash(PROFILE_UID, 1, NODES), ordinal)
     assert len(name) <= 63
     assert DNS_LABEL.fullmatch(name)
+
+
+G = "0123456789"
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        pytest.param([], 1, id="the group's first Run"),
+        pytest.param([f"gpu-{G}-1", f"gpu-{G}-2"], 3, id="after two"),
+        pytest.param(
+            [f"gpu-{G}-2", f"gpu-{G}-3"], 4, id="retention deleted Run 1: one past the highest, not the count"
+        ),
+        pytest.param([f"gpu-{G}-7"], 8, id="only the newest left"),
+        pytest.param([f"gpu-{G}-10", f"gpu-{G}-9"], 11, id="numbers, not text"),
+        pytest.param(["hand-made", f"gpu-{G}-x", f"gpu-{G}-", f"gpu-{G}-+3"], 1, id="names not of this group"),
+        pytest.param([f"gpu-{G}-٣"], 1, id="non-ASCII digits"),
+        pytest.param([f"gpu-{G}-1", f"gpu-{G}-" + "9" * 10], 2, id="an ordinal too long to continue"),
+        pytest.param([f"other-{G}-5", "gpu-9876543210-5", f"gpu-{G}-5-x"], 1, id="another profile or group"),
+    ],
+)
+def test_next_ordinal(names: list[str], expected: int) -> None:
+    assert next_ordinal("gpu", G, names) == expected
+
+
+def test_next_ordinal_of_a_long_profile_name_reads_its_cut_names() -> None:
+    profile = "p" * 63
+    assert next_ordinal(profile, G, [run_name(profile, G, 4)]) == 5
+    assert len(run_name(profile, G, next_ordinal(profile, G, [run_name(profile, G, 999_999_999)]))) <= 63
 
 
 def test_snapshot_name() -> None:
