@@ -246,7 +246,11 @@ class Api:
     async def readyz(self, _: web.Request) -> web.Response:
         if self.source.ready():
             return web.Response(text="ok")
-        return web.Response(status=503, text="caches not synced")
+        return web.Response(
+            status=503,
+            text="not ready: the caches are not listed yet, or the results snapshot has not been refreshed for "
+            "longer than its bound (see 'refresh failed' in the portal's log); ready again once a refresh succeeds",
+        )
 
     async def metrics(self, _: web.Request) -> web.Response:
         response = web.Response(body=generate_latest(metrics.REGISTRY))

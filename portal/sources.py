@@ -9,8 +9,14 @@ A refresh (after any change, debounced, and at least every ``resync`` seconds so
 Stale on time) re-derives and re-classifies only the Runs whose inputs changed, then builds
 the new snapshot off the event loop (the index precomputes what every query slices).
 
-A result is Stale once older than its profile's ``freshness``, else its recurrence interval,
-else shared/profile.py's DEFAULT_FRESHNESS.
+One Run never stops the others. A Run whose evidence cannot be read now (any API error) is
+Unknown in this snapshot and read again at the next refresh: only evidence derived from a
+fetched body is cached, so a Forbidden or NotFound is never remembered. A Run whose evidence
+cannot be interpreted (an unexpected error) gets Unknown results too, never no results: an
+older Run's Pass must not become the newest. If refreshes keep failing anyway, ``ready()``
+(and so /readyz) fails once the served snapshot is older than ``2 x resync``.
+
+Freshness windows, and results whose profile is gone, are portal/freshness.py's.
 """
 
 import asyncio
@@ -24,20 +30,22 @@ from typing import Any
 import structlog
 
 from kubeio.client import Kube, Obj, resource_path
-from kubeio.errors import Forbidden, NotFound
+from kubeio.errors import ApiError, Forbidden, NotFound
 from kubeio.informer import Informer
 from portal import metrics
+from portal.freshness import freshness_window, judged
 from portal.health import NodeHealth, node_health
 from portal.index import Entry, Index, RegisteredCheck, entry_of
 from shared import keys
-from shared.classify import classified
-from shared.durations import DurationError, parse_duration
-from shared.envelope import RunEvidence, State, Verification, derive, read_run_evidence
-from shared.profile import DEFAULT_FRESHNESS
+from shared.envelope import RunEvidence, State, ValidationResult, Verification, derive, read_run_evidence
 
 log = structlog.get_logger("portal")
 EVIDENCE_SELECTOR = f"{keys.COMPONENT_LABEL}=evidence"
 FAR = datetime.max.replace(tzinfo=UTC)
+NOT_CACHED: tuple[str, str] = ("", "")
+"""The document-cache key of evidence that was not derived from a fetched body."""
+MAX_AGE_RESYNCS = 2
+"""How many resync periods the served snapshot may age before the portal is not ready."""
 
 
 @dataclass(frozen=True)
@@ -60,18 +68,6 @@ def reduce_node(obj: Obj) -> NodeHealth:
 
 def reduce_config_map(obj: Obj) -> str:
     return str(obj["metadata"].get("uid", ""))
-
-
-def freshness_window(spec: Obj) -> timedelta:
-    """The profile's ``freshness``, else its ``recurrence.interval``, else DEFAULT_FRESHNESS
-    (an unreadable duration counts as absent: the API server's schema rejects those)."""
-    for value in (spec.get("freshness"), (spec.get("recurrence") or {}).get("interval")):
-        if isinstance(value, str):
-            with contextlib.suppress(DurationError):
-                window = parse_duration(value)
-                if window > timedelta():
-                    return window
-    return parse_duration(DEFAULT_FRESHNESS)
 
 
 def reduce_profile(obj: Obj) -> ProfileView:
@@ -113,8 +109,9 @@ class Sources:
     ) -> None:
         self.kube = kube
         self.cluster = cluster
-        self.default_window = parse_duration(DEFAULT_FRESHNESS)
         self.resync = resync
+        self.max_age = timedelta(seconds=MAX_AGE_RESYNCS * resync)
+        """How old the served snapshot may be before ``ready()`` fails (refreshes keep failing)."""
         self.clock = clock
         scopes: list[str | None] = list(namespaces) or [None]
         self.runs = [Informer(kube, resource_path(keys.API_VERSION, keys.RUN_PLURAL, ns), reduce_run) for ns in scopes]
@@ -135,7 +132,10 @@ class Sources:
         return [*self.runs, *self.evidence, self.profiles, self.nodes]
 
     def ready(self) -> bool:
-        return self.built.is_set() and all(i.synced.is_set() for i in self.informers)
+        """Every cache listed, and a snapshot built no longer than ``max_age`` ago."""
+        built_at = self.index.built_at
+        fresh = built_at is not None and self.clock() - built_at <= self.max_age
+        return self.built.is_set() and fresh and all(i.synced.is_set() for i in self.informers)
 
     def start(self) -> None:
         for informer in self.informers:
@@ -160,8 +160,14 @@ class Sources:
                 await self.refresh()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # keep serving the last index
-                log.warning("refresh failed", error=str(exc)[:300])
+            except Exception as exc:  # keep serving the last index; ready() fails once it is too old
+                log.error(
+                    "refresh failed",
+                    error=f"{type(exc).__name__}: {str(exc)[:300]}",
+                    serving_snapshot_of=self.index.built_at.isoformat() if self.index.built_at else None,
+                    not_ready_after_seconds=self.max_age.total_seconds(),
+                    next_step="retried at the next change or resync; if it persists, report this with the log",
+                )
             waits = [asyncio.create_task(i.changed.wait()) for i in self.informers]
             try:
                 await asyncio.wait(waits, timeout=self.resync, return_when=asyncio.FIRST_COMPLETED)
@@ -174,30 +180,105 @@ class Sources:
         return {p.name: p.window for p in self.profiles.items.values()}
 
     async def _read_evidence(self, run: Obj, config_maps: dict[str, str]) -> tuple[tuple[str, str], RunEvidence]:
+        """The Run's evidence, and its document-cache key (NOT_CACHED unless read from a body)."""
         meta, status = run["metadata"], run.get("status") or {}
         ref = status.get("evidence") or {}
         name, digest = str(ref.get("configMap") or ""), str(ref.get("digest") or "")
-        uid = config_maps.get(f"{meta['namespace']}/{name}")
+        namespace = meta["namespace"]
+        uid = config_maps.get(f"{namespace}/{name}")
         if not name or not digest or uid is None:
-            return ("", ""), read_run_evidence(None, expected_digest=digest or None)
+            return NOT_CACHED, read_run_evidence(None, expected_digest=digest or None)
         cache_key = (uid, digest)
         known = self._documents.get(cache_key)
         if known is not None:
             return cache_key, known
-        path = resource_path("v1", "configmaps", meta["namespace"], name)
-        try:
-            body: Obj | None = await self.kube.get(path)
-            forbidden = False
-        except NotFound:
-            body, forbidden = None, False
-        except Forbidden:
-            body, forbidden = None, True
+        where = f"evidence ConfigMap {namespace}/{name} of Run {namespace}/{meta.get('name')}"
         metrics.EVIDENCE_FETCHES.inc()
-        if body is not None and body.get("metadata", {}).get("uid") != uid:
-            return ("", ""), RunEvidence(Verification.MISSING, "the evidence ConfigMap is being replaced")
-        result = read_run_evidence(body, expected_digest=digest, forbidden=forbidden)
+        try:
+            body = await self.kube.get(resource_path("v1", "configmaps", namespace, name))
+        except NotFound:
+            return NOT_CACHED, RunEvidence(
+                Verification.MISSING, f"{where} is gone (deleted or being replaced); read again at the next refresh"
+            )
+        except Forbidden:
+            return NOT_CACHED, RunEvidence(
+                Verification.UNAUTHORIZED,
+                f"the portal may not read {where}: grant its ServiceAccount get on configmaps in {namespace}; "
+                "read again at the next refresh",
+            )
+        except ApiError as exc:
+            log.warning("evidence unreadable", run=meta.get("name"), namespace=namespace, error=str(exc)[:300])
+            message = (
+                f"the portal could not read {where} ({exc.status} {exc.reason}); read again at the next refresh; "
+                f"if this persists, check the API server: {exc.message}"
+            )
+            return NOT_CACHED, RunEvidence(Verification.MISSING, message[:1024])
+        if body.get("metadata", {}).get("uid") != uid:
+            return NOT_CACHED, RunEvidence(
+                Verification.MISSING, f"{where} is being replaced; read again at the next refresh"
+            )
+        result = read_run_evidence(body, expected_digest=digest)
         self._documents[cache_key] = result
         return cache_key, result
+
+    def _classify(
+        self, derived: list[ValidationResult], node_uids: dict[str, str], now: datetime, window: timedelta | None
+    ) -> tuple[list[Entry], datetime]:
+        """The entries of one Run's results, and until when they stay valid (freshness)."""
+        built, valid_until = [], FAR
+        for result in derived:
+            final = judged(result, current_node_uid=node_uids.get(result.target.name), now=now, window=window)
+            if final.state in {State.PASSED, State.FAILED} and final.finished_at is not None and window is not None:
+                valid_until = min(valid_until, final.finished_at + window)
+            built.append(entry_of(final))
+        return built, valid_until
+
+    async def _run_entries(
+        self,
+        run: Obj,
+        *,
+        config_maps: dict[str, str],
+        node_uids: dict[str, str],
+        windows: dict[str, timedelta],
+        now: datetime,
+    ) -> tuple[list[Entry], tuple[str, str]]:
+        """One Run's entries (from the cache when its inputs did not change), and the
+        document-cache key it used. Raises only when the Run itself cannot be read."""
+        meta, spec = run["metadata"], run["spec"]
+        participants = sorted(spec["participants"], key=lambda p: p["index"])
+        window = windows.get(spec["profile"]["name"])
+        cache_key, evidence = await self._read_evidence(run, config_maps)
+        uid = str(meta.get("uid"))
+        signature = (
+            meta.get("resourceVersion"),
+            cache_key,
+            evidence.verification,
+            evidence.message,
+            tuple(node_uids.get(p["nodeName"]) for p in participants),
+            window,
+        )
+        cached = self._runs.get(uid)
+        if cached and cached.signature == signature and now < cached.valid_until:
+            return cached.entries, cache_key
+        try:
+            built, valid_until = self._classify(
+                derive(run, evidence, cluster=self.cluster, observed_at=now), node_uids, now, window
+            )
+        except Exception as exc:  # a bug or a shape nobody foresaw: Unknown, never no result
+            log.error(
+                "run not interpretable", run=meta.get("name"), namespace=meta.get("namespace"), error=repr(exc)[:300]
+            )
+            message = (
+                f"the portal could not interpret Run {meta.get('namespace')}/{meta.get('name')} or its evidence "
+                f"({type(exc).__name__}: {str(exc)[:300]}); its results are Unknown; report this with the portal's log"
+            )
+            unread = derive(
+                run, RunEvidence(Verification.MALFORMED, message[:1024]), cluster=self.cluster, observed_at=now
+            )
+            self._runs.pop(uid, None)  # tried again at the next refresh
+            return self._classify(unread, node_uids, now, window)[0], cache_key
+        self._runs[uid] = _RunCache(signature, built, valid_until)
+        return built, cache_key
 
     async def refresh(self) -> None:
         began = time.perf_counter()
@@ -213,39 +294,22 @@ class Sources:
         seen: set[str] = set()
         used: set[tuple[str, str]] = set()
         for run in runs:
-            meta, spec = run["metadata"], run.get("spec") or {}
+            meta = run.get("metadata") or {}
             try:
-                participants = sorted(spec["participants"], key=lambda p: p["index"])
-                window = windows.get(spec["profile"]["name"], self.default_window)
-            except (KeyError, TypeError):
-                continue  # not a Run this portal can read: it has no results
-            cache_key, evidence = await self._read_evidence(run, config_maps)
+                built, cache_key = await self._run_entries(
+                    run, config_maps=config_maps, node_uids=node_uids, windows=windows, now=now
+                )
+            except Exception as exc:  # the Run itself is unreadable: it names no Nodes to show results for
+                log.error(
+                    "run unreadable",
+                    run=meta.get("name"),
+                    namespace=meta.get("namespace"),
+                    error=repr(exc)[:300],
+                    next_step="it does not match the CertificationRun schema; check the CRD version and the Run",
+                )
+                continue
             used.add(cache_key)
-            uid = str(meta.get("uid"))
-            seen.add(uid)
-            signature = (
-                meta.get("resourceVersion"),
-                cache_key,
-                evidence.verification,
-                tuple(node_uids.get(p["nodeName"]) for p in participants),
-                window,
-            )
-            cached = self._runs.get(uid)
-            if cached and cached.signature == signature and now < cached.valid_until:
-                entries.extend(cached.entries)
-                continue
-            built, valid_until = [], FAR
-            try:
-                derived = derive(run, evidence, cluster=self.cluster, observed_at=now)
-            except (KeyError, TypeError, ValueError) as exc:
-                log.info("run unreadable", run=meta.get("name"), error=str(exc)[:200])
-                continue
-            for result in derived:
-                final = classified(result, current_node_uid=node_uids.get(result.target.name), now=now, window=window)
-                if final.state in {State.PASSED, State.FAILED} and final.finished_at is not None:
-                    valid_until = min(valid_until, final.finished_at + window)
-                built.append(entry_of(final))
-            self._runs[uid] = _RunCache(signature, built, valid_until)
+            seen.add(str(meta.get("uid")))
             entries.extend(built)
         for gone in set(self._runs) - seen:
             del self._runs[gone]

@@ -249,9 +249,14 @@ def _check_facts(run: Obj, index: int, entry: Obj | None) -> CheckFacts:
     if document.get("schema") != CHECK_EVIDENCE_SCHEMA:
         return CheckFacts(Verification.UNSUPPORTED_VERSION, f"check evidence schema {document.get('schema')!r}")
     verdict, problem, per_participant = validate_check(run, index, document)
-    problem = problem or entry.get("problem")
-    cleanup_doc = document.get("cleanup") or {}
-    results_doc = document.get("results") or {}
+    recorded = entry.get("problem")
+    if problem is None and recorded is not None:
+        problem = recorded if isinstance(recorded, str) else "MalformedEvidence: the recorded problem is not a string"
+    cleanup_doc, results_doc = document.get("cleanup"), document.get("results")
+    if not isinstance(cleanup_doc, dict) or not isinstance(results_doc, dict):
+        shape = problem or "MalformedEvidence: the check evidence's cleanup or results is not an object"
+        kind = _PROBLEMS.get(shape.split(":", 1)[0], Verification.MALFORMED)
+        return CheckFacts(kind, shape[:1024], CleanupState.UNKNOWN, None, digest, document)
     cleanup = CleanupState.COMPLETE if cleanup_doc.get("state") == "Complete" else CleanupState.FAILED
     common: Obj = {
         "digest": digest,
@@ -269,7 +274,10 @@ def _check_facts(run: Obj, index: int, entry: Obj | None) -> CheckFacts:
 
 def _run_problem(run: Obj, document: Obj) -> tuple[Verification, str] | None:
     meta, spec = run["metadata"], run["spec"]
-    if document.get("run", {}).get("uid") != meta.get("uid"):
+    named = document.get("run")
+    if not isinstance(named, dict) or not isinstance(document.get("checks"), list):
+        return Verification.MALFORMED, "the evidence document's run is not an object or its checks not a list"
+    if named.get("uid") != meta.get("uid"):
         return Verification.FOREIGN, "the evidence document belongs to another Run"
     admitted = [
         {"index": p["index"], "nodeName": p["nodeName"], "nodeUID": p["nodeUID"]}
@@ -319,7 +327,8 @@ def derive(run: Obj, evidence: RunEvidence, *, cluster: str, observed_at: dateti
         run_level = (evidence.verification, evidence.message)
     else:
         run_level = _run_problem(run, evidence.document)
-        checks = [c for c in evidence.document.get("checks") or [] if isinstance(c, dict)]
+        listed = evidence.document.get("checks")
+        checks = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []
         entries = {c["index"]: c for c in checks if isinstance(c.get("index"), int)}
     results: list[ValidationResult] = []
     profile = spec["profile"]["name"]

@@ -208,6 +208,47 @@ def test_derivation_reverifies_the_chain(case: str, expected: Verification) -> N
     assert all(r.verdict is None for r in results)
 
 
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("check-cleanup-a-string", Verification.MALFORMED),
+        ("check-cleanup-a-list", Verification.MALFORMED),
+        ("check-results-a-string", Verification.MALFORMED),
+        ("check-results-a-list", Verification.MALFORMED),
+        ("check-problem-not-a-string", Verification.MALFORMED),
+        ("run-not-an-object", Verification.MALFORMED),
+        ("checks-not-a-list", Verification.MALFORMED),
+    ],
+)
+def test_derivation_of_a_wrongly_shaped_document_is_unknown_not_a_crash(case: str, expected: Verification) -> None:
+    run, cm, document, _ = accepted(make_run())
+    document = copy.deepcopy(document)
+    check = document["checks"][0]
+
+    def reshape_check(key: str, value: object) -> None:
+        check["evidence"][key] = value
+        check["digest"] = sha256_digest(canonical_json(check["evidence"]))
+
+    if case == "check-cleanup-a-string":
+        reshape_check("cleanup", "gone")
+    elif case == "check-cleanup-a-list":
+        reshape_check("cleanup", ["gone"])
+    elif case == "check-results-a-string":
+        reshape_check("results", "gone")
+    elif case == "check-results-a-list":
+        reshape_check("results", ["gone"])
+    elif case == "check-problem-not-a-string":
+        check["problem"] = {"MalformedEvidence": True}
+    elif case == "run-not-an-object":
+        document["run"] = "r1"
+    elif case == "checks-not-a-list":
+        document["checks"] = 7
+    given, digest = _reseal_run_document(cm, document)
+    results = _derive(run, given, digest)
+    assert {r.verification.state for r in results} == {expected}, [r.verification for r in results]
+    assert all(r.verdict is None and r.verification.message for r in results), results
+
+
 def test_cleanup_failure_is_verified_but_not_complete() -> None:
     run = make_run()
     document = evidence(run)
