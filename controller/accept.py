@@ -26,7 +26,7 @@ from controller.evidence_adoption import adoption_problem
 from controller.manifests import owner_reference
 from controller.projection import detail, node_condition, projection_patch, recorded
 from controller.reassert import record_run
-from controller.runview import RunView
+from controller.runview import ParticipantRef, RunView
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import AlreadyExists, Conflict, NotFound
@@ -176,12 +176,16 @@ def _too_large(run: Obj, decision: RunDecision, why: str) -> RunDecision:
     )
 
 
-async def _project(ctx: Context, run: Obj, profile: str, node_name: str, new: dict[str, str]) -> bool:
-    """Project one Node; False when a newer result is there (monotonic)."""
+async def _project(ctx: Context, run: Obj, profile: str, participant: ParticipantRef, new: dict[str, str]) -> bool:
+    """Project one participant; False when a newer result is there (monotonic), or when the
+    Node of its name is no longer the participant (replaced since the decision: a new Node
+    never carries the old one's result, not even until the next re-assertion). The label
+    PATCH is conditioned on the resourceVersion of the Node read, the condition's on its uid."""
+    node_name = participant.node_name
     path = resource_path("v1", "nodes", name=node_name)
     for _ in range(NODE_PATCH_ATTEMPTS):
         node = await ctx.kube.get_or_none(path)
-        if node is None:
+        if node is None or node["metadata"].get("uid") != participant.node_uid:
             return False
         patch = projection_patch(node, profile, new)
         if patch is None:
@@ -193,7 +197,11 @@ async def _project(ctx: Context, run: Obj, profile: str, node_name: str, new: di
                 await ctx.kube.merge_patch(path, patch)
             except Conflict:
                 continue
-        await ctx.kube.strategic_patch(f"{path}/status", {"status": {"conditions": [node_condition(profile, new)]}})
+        condition = {
+            "metadata": {"uid": participant.node_uid},
+            "status": {"conditions": [node_condition(profile, new)]},
+        }
+        await ctx.kube.strategic_patch(f"{path}/status", condition)
         return True
     raise Conflict(409, "Conflict", f"Node {node_name} kept changing while projecting Run {run['metadata']['name']}")
 
@@ -211,13 +219,13 @@ async def accept(ctx: Context, view: RunView, workflow: Obj | None, *, deadline_
     phase = Phase(document["phase"])
     completed = view.completion_time or document["decidedAt"]
     profile = view.profile_name
-    participants = {p.node_name for p in view.participants}
+    participants = {p.node_name: p for p in view.participants}
     await record_run(ctx, run, document["nodes"], digest, completed)  # the authoritative record first
     projected = []
     for node_name, verdict in sorted(document["nodes"].items()):
         if node_name not in participants:  # never project a Node outside spec.participants
             continue
-        if await _project(ctx, run, profile, node_name, detail(run, verdict, digest, completed)):
+        if await _project(ctx, run, profile, participants[node_name], detail(run, verdict, digest, completed)):
             projected.append(node_name)
             await events.emit(
                 ctx,
@@ -285,7 +293,7 @@ async def _not_adopted(ctx: Context, view: RunView, rejection: NotAdopted) -> No
     log.warning("run evidence not adopted", run=view.name, config_map=rejection.config_map, why=rejection.why)
     completed = view.completion_time or ctx.timestamp()
     for participant in view.participants:
-        await _project(ctx, run, view.profile_name, participant.node_name, detail(run, "Inconclusive", "", completed))
+        await _project(ctx, run, view.profile_name, participant, detail(run, "Inconclusive", "", completed))
     message = (
         f"{rejection}. Nothing was certified; inspect that ConfigMap (this Run's acceptance did not write it "
         "as it is), delete it, and release the Run (spec.release: true)"

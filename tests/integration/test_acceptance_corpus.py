@@ -18,7 +18,7 @@ from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, resource_path
-from shared import keys
+from shared import certified, keys
 from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.evidence import decode_document
 from tests import evidence_builders as eb
@@ -176,3 +176,50 @@ async def test_projection_is_monotonic(ctx: Context, cluster: LocalCluster, admi
     assert _labels(node)[keys.certified_label(PROFILE)] == "Fail"
     annotation = node["metadata"]["annotations"][keys.certified_label(PROFILE)]
     assert newer["metadata"]["uid"] in annotation
+
+
+class ReplacingKube(Kube):
+    """The controller's client, on the real API server; ``replace`` names a Node deleted and
+    created again (a new uid) right after the acceptance has decided, when it reads the
+    profile's record, which it does before projecting."""
+
+    replace: tuple[LocalCluster, str] | None = None
+
+    async def get_or_none(self, path: str) -> Any:
+        if self.replace is not None and keys.PROFILE_PLURAL in path:
+            cluster, name = self.replace
+            self.replace = None
+            await cluster.remove_node(name)
+            await cluster.add_nodes([SimNode(name)])
+        return await super().get_or_none(path)
+
+
+async def test_a_node_replaced_after_the_decision_never_gets_the_result(
+    cluster: LocalCluster, admin: KubeClient, namespace: str
+) -> None:
+    """Between the decision and the projection a Node is replaced (same name, new uid): the new
+    Node gets no label, no trusted label and no condition of the old one's Pass; the other
+    participant does."""
+    kube = ReplacingKube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
+    ctx = Context(kube, namespace, "corpus-test")
+    try:
+        await install_rbac(admin, namespace)
+        nodes = await _nodes(cluster, f"{namespace}-swap")
+        run = await running_run(admin, namespace, nodes, PROFILE, started=STARTED)
+        document = eb.check_evidence(run)
+        await store(admin, namespace, check_evidence_name(run["metadata"]["name"], 0), eb.config_map("x", document))
+        swapped, kept = (n["metadata"]["name"] for n in nodes)
+        kube.replace = (cluster, swapped)
+        done = await _accept(ctx, admin, run, workflow_status(run, {0: eb.digest_of(document)}))
+        assert kube.replace is None, "the Node was not replaced"
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+        new = await admin.get(resource_path("v1", "nodes", name=swapped))
+        assert new["metadata"]["uid"] != nodes[0]["metadata"]["uid"]
+        assert keys.certified_label(PROFILE) not in _labels(new), _labels(new)
+        assert certified.trusted_label(PROFILE) not in _labels(new), _labels(new)
+        assert keys.certified_label(PROFILE) not in (new["metadata"].get("annotations") or {})
+        assert all(c["type"] != keys.certified_label(PROFILE) for c in new["status"].get("conditions") or [])
+        other = await admin.get(resource_path("v1", "nodes", name=kept))
+        assert _labels(other)[keys.certified_label(PROFILE)] == "Pass"
+    finally:
+        await kube.close()
