@@ -90,7 +90,7 @@ def parse_reservation(labels: Mapping[str, str], annotations: Mapping[str, str])
         detail = json.loads(annotations.get(keys.RESERVATION_ANNOTATION, "{}"))
         if not isinstance(detail, dict):
             detail = {}
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # the Node's kubelet may write anything here
         detail = {}
     try:
         index = int(str(detail.get("index", -1)), 10)
@@ -159,9 +159,13 @@ def patch_basis(view: NodeView) -> dict[str, Any]:
     }
 
 
+_MAX_ATTEMPT_DIGITS = 18
+"""An attempt number Signal writes fits in 64 bits; a longer one is not Signal's."""
+
+
 def _next_attempt(value: str) -> tuple[str, int] | None:
     profile, _, number = value.rpartition(":")
-    if not profile or not (number.isascii() and number.isdigit()):
+    if not profile or not (number.isascii() and number.isdigit()) or len(number) > _MAX_ATTEMPT_DIGITS:
         return None
     return sys.intern(profile), int(number)
 
@@ -173,7 +177,7 @@ def _completed(annotations: Mapping[str, str]) -> dict[str, str]:
             continue
         try:
             detail = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         when = detail.get("completionTime") if isinstance(detail, dict) else None
         if isinstance(when, str):

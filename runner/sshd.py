@@ -89,7 +89,7 @@ def recorded_environment(names: Iterable[str], path: Path | None = None) -> dict
     """The recorded variables among ``names`` (none when there is no readable record)."""
     try:
         recorded = json.loads((path or Path(IDENTITY_FILE)).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # the worker wrote it; a script as its user may rewrite it
         return {}
     if not isinstance(recorded, dict):
         return {}

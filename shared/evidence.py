@@ -20,6 +20,7 @@ import base64
 import binascii
 import gzip
 import json
+import sys
 import zlib
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
@@ -187,19 +188,36 @@ def decode_document(config_map_obj: dict[str, Any], schema: str) -> tuple[dict[s
             raise EvidenceError(f"evidence ConfigMap {name}: data after the gzip stream")
     except zlib.error as exc:
         raise EvidenceError(f"evidence ConfigMap {name}: bad gzip: {exc}") from exc
+    # Whatever Python's json cannot take (nesting too deep for it, an integer of too many
+    # digits, a number that parses as infinity) is a bad document like any other.
     try:
         document = json.loads(payload, parse_constant=_reject_constant)
-    except ValueError as exc:
+    except RecursionError as exc:
+        raise EvidenceError(f"evidence ConfigMap {name}: not JSON: nested too deeply for the parser") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError, _ConstantError) as exc:
         raise EvidenceError(f"evidence ConfigMap {name}: not JSON: {exc}") from exc
-    if not isinstance(document, dict) or canonical_json(document) != payload:
+    except ValueError as exc:  # an integer of more digits than Python converts
+        limit = sys.get_int_max_str_digits()
+        raise EvidenceError(f"evidence ConfigMap {name}: not JSON: a number of more than {limit} digits") from exc
+    try:
+        canonical = isinstance(document, dict) and canonical_json(document) == payload
+    except RecursionError as exc:
+        raise EvidenceError(f"evidence ConfigMap {name}: not a canonical JSON object: nested too deeply") from exc
+    except ValueError as exc:  # e.g. 1e400, which parses as infinity and JSON cannot hold
+        raise EvidenceError(f"evidence ConfigMap {name}: not a canonical JSON object: a number out of range") from exc
+    if not canonical:
         raise EvidenceError(f"evidence ConfigMap {name}: not a canonical JSON object")
     if document.get("schema") != schema:
         raise EvidenceError(f"evidence ConfigMap {name}: schema {document.get('schema')!r}, expected {schema}")
     return document, sha256_digest(payload)
 
 
+class _ConstantError(ValueError):
+    """NaN or Infinity in a stored document."""
+
+
 def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
+    raise _ConstantError(f"non-standard JSON constant {name}")
 
 
 def check_verdict(participants: list[ParticipantResult]) -> tuple[Verdict, str]:

@@ -25,6 +25,7 @@ from shared.meta import (
     Quantity,
     WireModel,
 )
+from shared.quantity import QuantityError, parse_quantity
 
 MAX_CHECKS = 32
 MAX_GPUS = 8
@@ -194,6 +195,18 @@ class WorkloadPolicy(WireModel):
     ``{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}``. Eligibility excludes
     a Node with a NoSchedule or NoExecute taint that neither these nor Signal's cordon
     tolerate."""
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _readable_quantity(cls, value: str | None) -> str | None:
+        """Within what Signal and Kubernetes read (shared/quantity.py): the schema's pattern
+        admits "1e999999", which no Node has; refused here, the profile is InvalidSpec at once."""
+        if value is not None:
+            try:
+                parse_quantity(value)
+            except QuantityError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("extended_resources")
     @classmethod

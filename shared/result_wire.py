@@ -95,7 +95,8 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def strict_json(payload: bytes, limit: int) -> Any:
     """Parse exactly one JSON value of at most ``limit`` bytes, refusing duplicate keys,
-    NaN/Infinity and trailing data; raise ResultError."""
+    NaN/Infinity, trailing data, nesting too deep for the parser and integers of too many
+    digits; raise ResultError (and nothing else) for any of them."""
     if len(payload) > limit:
         raise ResultError(f"{len(payload)} bytes exceeds the limit of {limit}")
     import json  # noqa: PLC0415 - here alone: the module docstring says why
@@ -103,10 +104,21 @@ def strict_json(payload: bytes, limit: int) -> Any:
     try:
         text = payload.decode("utf-8")
         return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
+    except ResultError:
+        raise
     except UnicodeDecodeError as exc:
         raise ResultError(f"not UTF-8: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise ResultError(f"not a single JSON document: {exc.msg} at position {exc.pos}") from exc
+    # What the parser itself cannot take, from a document its writer chose (a hostile script
+    # or Node): it is malformed like any other, never an exception that stops the caller.
+    except RecursionError as exc:
+        raise ResultError("not a single JSON document: nested too deeply for the parser") from exc
+    except ValueError as exc:  # an integer of more digits than Python converts (4300 by default)
+        import sys  # noqa: PLC0415 - always loaded; local, like json, with its only use
+
+        digits = sys.get_int_max_str_digits()
+        raise ResultError(f"not a single JSON document: a number of more than {digits} digits") from exc
 
 
 def _reject_constant(name: str) -> Any:

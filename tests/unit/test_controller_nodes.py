@@ -151,6 +151,13 @@ def test_first_signal_taint_wins_when_there_are_two() -> None:
             id="an unparseable quantity does not hide the others",
         ),
         pytest.param({"ephemeral-storage": "10 Gi"}, {}, id="a quantity with a space is ignored"),
+        pytest.param({"memory": "1Ei"}, {"memory": 2**60}, id="exbibytes (was a ValueError)"),
+        pytest.param({"memory": "2E"}, {"memory": 2 * 10**18}, id="exabytes (was a ValueError)"),
+        # What a hostile kubelet may claim (the API server keeps "1e999999" as it is): refused
+        # at once, so the Node simply cannot satisfy a request for it.
+        pytest.param({"memory": "1e999999", "cpu": "4"}, {"cpu": 4000}, id="a million-digit quantity is ignored"),
+        pytest.param({"memory": "1e1000000"}, {}, id="a quantity past Decimal's range is ignored"),
+        pytest.param({"memory": "8Ei"}, {}, id="a quantity past 2^63-1 is ignored"),
     ],
 )
 def test_allocatable(resources: dict[str, Any], allocatable: dict[str, int]) -> None:
@@ -304,6 +311,23 @@ def test_node_view_carries_the_reservation() -> None:
 def test_node_view_with_malformed_annotation_does_not_crash() -> None:
     view = make_node("n").reserved_by("ru-9", "}}garbage{{").view()
     assert view.reservation == Reservation("ru-9")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 2000, '{"index": ' + "9" * 5000 + "}", '{"a": ' * 2000],
+    ids=["nested-2000-deep", "5000-digit-index", "nested-objects"],
+)
+def test_node_view_with_annotations_json_cannot_parse_does_not_crash(text: str) -> None:
+    """A Node's kubelet may write any annotation on its own Node: what Python's json cannot
+    parse (too deep, too many digits) is malformed like any other text, not an exception that
+    keeps the Node out of the cache or stops a reservation pass."""
+    key = keys.CERTIFIED_LABEL_PREFIX + "p"
+    node = make_node("n").reserved_by("ru-9", text).annotation(key, text)
+    view = node.annotation(keys.ATTEMPT_ANNOTATION, "p:" + "9" * 5000).view()
+    assert view.reservation == Reservation("ru-9")
+    assert dict(view.completed) == {}
+    assert view.next_attempt is None
 
 
 def test_node_view_is_frozen() -> None:

@@ -1,9 +1,11 @@
 """controller/requirements.py: the per-Node requirement is the element-wise maximum over
 checks (checks run one after another, so requests are never summed)."""
 
+import time
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from controller.requirements import check_request, per_node_requirement, shortfalls
 from shared import keys
@@ -112,3 +114,30 @@ def test_per_node_requirement_ignores_check_order() -> None:
 )
 def test_shortfalls(requirement: dict[str, int], allocatable: dict[str, int], expected: list[str]) -> None:
     assert shortfalls(requirement, allocatable) == expected
+
+
+@pytest.mark.parametrize(
+    ("workload", "fragment"),
+    [
+        pytest.param(
+            {"memory": "1e999999"}, "workload.memory\n  Value error, '1e999999' is larger than", id="1e999999"
+        ),
+        pytest.param(
+            {"memory": "1e1000000"}, "workload.memory\n  Value error, '1e1000000' is larger than", id="past decimal"
+        ),
+        pytest.param(
+            {"cpu": "9223372036854775808"}, "workload.cpu\n  Value error, '9223372036854775808'", id="cpu past 2^63-1"
+        ),
+        pytest.param({"memory": "1e1.5"}, "'1e1.5' is not a Kubernetes quantity", id="the CRD's e1.5"),
+    ],
+)
+def test_an_absurd_quantity_never_reaches_the_requirement(workload: dict[str, str], fragment: str) -> None:
+    """A quantity the CRD's pattern admits but no Node can have ("1e999999" was 28 s of the
+    controller's CPU in per_node_requirement; "1e1000000" a decimal.Overflow) is refused at
+    once by the profile's model, naming the field: the profile is InvalidSpec, and no check
+    that reaches the requirement holds one."""
+    start = time.monotonic()
+    with pytest.raises(ValidationError) as caught:
+        _check(workload=workload)
+    assert time.monotonic() - start < 0.1
+    assert fragment in str(caught.value)

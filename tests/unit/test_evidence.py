@@ -293,6 +293,31 @@ def test_decode_refuses_document_one_byte_over_the_limit() -> None:
         decode_document(stored(over), RESULTS_SCHEMA)
 
 
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        pytest.param(b"[" * 2000, "not JSON: nested too deeply", id="nested-2000-deep"),
+        pytest.param(b"[" * 2000 + b"]" * 2000, "not JSON: nested too deeply", id="nested-but-complete"),
+        pytest.param(
+            b'{"a":' + b"9" * 5000 + b"}", "not JSON: a number of more than 4300 digits", id="5000-digit-number"
+        ),
+        pytest.param(
+            b'{"a":1e400,"schema":"projectsignal.dev/check-results/v1"}',
+            "not a canonical JSON object: a number out of range",
+            id="number-beyond-a-float",
+        ),
+    ],
+)
+def test_decode_refuses_what_python_cannot_parse_or_render(payload: bytes, fragment: str) -> None:
+    """A stored document Python's json cannot parse (too deep, too many digits) or render
+    back (1e400 parses as infinity, which canonical JSON refuses) is an EvidenceError that
+    names the ConfigMap, never another exception that stops the reader."""
+    with pytest.raises(EvidenceError) as caught:
+        decode_document(stored(payload, name="r-c0-results"), RESULTS_SCHEMA)
+    assert str(caught.value).startswith("evidence ConfigMap r-c0-results: ")
+    assert fragment in str(caught.value)
+
+
 def test_decode_refuses_nan_with_evidence_error() -> None:
     payload = b'{"a":NaN,"schema":"projectsignal.dev/check-results/v1"}'
     with pytest.raises(EvidenceError):

@@ -60,6 +60,16 @@ BAD: list[Any] = [
     ),
     pytest.param(ProfileBuilder("p").edit_check(0, workload={"cpu": "lots"}), "cpu", id="bad-quantity"),
     pytest.param(
+        ProfileBuilder("p").edit_check(0, workload={"memory": "1e999999"}),
+        "memory\n.*larger than 9223372036854775807",
+        id="quantity-beyond-kubernetes",
+    ),
+    pytest.param(
+        ProfileBuilder("p").edit_check(0, workload={"cpu": "1e1.5"}),
+        "cpu\n.*not a Kubernetes quantity",
+        id="fractional-exponent",
+    ),
+    pytest.param(
         ProfileBuilder("p").checks(
             [{"name": f"c{i}", "scriptKey": "a", "backend": "Pod", "backendActiveDeadline": "1m"} for i in range(33)]
         ),

@@ -3,6 +3,7 @@
 
 import hashlib
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -10,15 +11,18 @@ import pytest
 
 from runner import main as runner_main
 from runner import mpi, sshd
+from runner.document import Identity
 from runner.execute import (
     KILL_GRACE_SECONDS,
     SAFE_PATH,
+    Outcome,
     ScriptError,
     clean_environment,
     run_script,
     script_argv,
     summarise,
 )
+from runner.report import build_result
 from shared.result import MAX_TAIL_CHARS, parse_result
 from shared.run import Verdict
 
@@ -605,6 +609,46 @@ def test_rank_role_reports_one_line(
     assert [r.exit_code for r in report.ranks] == [0, expected]
 
 
+@pytest.mark.parametrize(
+    "payload",
+    ['"[" * 2000', "'{\"bw\": ' + '9' * 5000 + '}'"],
+    ids=["nested-2000-deep", "5000-digit-number"],
+)
+def test_rank_zero_with_invalid_measurements_still_reports_and_the_check_is_inconclusive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], payload: str
+) -> None:
+    """Rank 0's script writes measurements Python's json cannot parse (too deep, too many
+    digits): its report still goes out, carrying why, and the launcher's result is
+    Inconclusive, never Pass and never missing."""
+    writer = tmp_path / "write.py"
+    writer.write_text(f"import os\nopen(os.environ['SIGNAL_MEASUREMENTS_FILE'], 'w').write({payload})\n")
+    path = script(tmp_path, f"#!/bin/sh\n{sys.executable} {writer}\n")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
+    monkeypatch.setenv("HOSTNAME", "job-worker-0")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.delenv("SIGNAL_SCRIPT", raising=False)
+    keyed(monkeypatch)
+    assert runner_main.main(["rank", "--script", str(path), "--deadline-seconds", "30"]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    reports = mpi.reports_in([f"[1,0]<stdout>:{ln}" for ln in lines], RANK_KEY)
+    assert len(reports) == 1
+    assert isinstance(reports[0].body, dict)
+    assert str(reports[0].body["measurements"]).startswith("invalid: ")
+    measurements = tmp_path / "launcher-measurements.json"
+    measurements.write_text(mpi.rank_zero_measurements(reports) or "")
+    (tmp_path / "out").write_bytes(b"")
+    result = build_result(
+        Identity("job-launcher-node", "job-launcher", "uid-l", role="launcher"),
+        Outcome(0, None, False, 0, 1),
+        measurements_file=measurements,
+        stdout_file=tmp_path / "out",
+        stderr_file=tmp_path / "out",
+    )
+    assert result.verdict == Verdict.INCONCLUSIVE
+    assert result.reason.startswith("InvalidMeasurements: measurements must be a JSON object")
+
+
 def test_rank_role_prefers_signal_script(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -675,7 +719,11 @@ def test_a_rank_of_an_ssh_session_takes_the_workers_recorded_environment(
     capfd.readouterr()
 
 
-@pytest.mark.parametrize("text", ["", "not json", "[1]", '{"SIGNAL_NODE_NAME": 3}'])
+@pytest.mark.parametrize(
+    "text",
+    ["", "not json", "[1]", '{"SIGNAL_NODE_NAME": 3}', "[" * 2000, '{"SIGNAL_NODE_NAME": ' + "9" * 5000 + "}"],
+    ids=["empty", "text", "array", "number", "nested-2000-deep", "5000-digit-number"],
+)
 def test_an_unreadable_record_adds_nothing(tmp_path: Path, text: str) -> None:
     (tmp_path / "r.json").write_text(text)
     assert sshd.recorded_environment(["SIGNAL_NODE_NAME"], tmp_path / "r.json") == {}

@@ -115,6 +115,14 @@ def test_parse_accepts_exactly_max_result_bytes_and_refuses_one_more() -> None:
         pytest.param(b'{"schema":Infinity}', "non-standard JSON constant Infinity", id="infinity"),
         pytest.param(b'{"schema":-Infinity}', "non-standard JSON constant -Infinity", id="minus-infinity"),
         pytest.param(b" " * (MAX_RESULT_BYTES + 1), "exceeds the limit of 4096", id="oversized"),
+        # A termination message a hostile script pre-wrote (or a Node's kubelet set): what
+        # Python's json cannot parse at all is still only a malformed result.
+        pytest.param(b"[" * 2000, "nested too deeply", id="nested-2000-deep"),
+        pytest.param(
+            b'{"schema":"' + RESULT_SCHEMA.encode() + b'","measurements":' + b"[" * 2000,
+            "nested too deeply",
+            id="nested-inside-a-result",
+        ),
     ],
 )
 def test_parse_result_refuses(payload: bytes, fragment: str) -> None:
@@ -161,6 +169,24 @@ def test_strict_json_accepts(payload: bytes, limit: int, expected: Any) -> None:
 def test_strict_json_refuses(payload: bytes, limit: int) -> None:
     with pytest.raises(ResultError):
         strict_json(payload, limit)
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        pytest.param(b"[" * 2000, "nested too deeply", id="nested-arrays"),
+        pytest.param(b'{"a":' * 2000, "nested too deeply", id="nested-objects"),
+        pytest.param(b"[" * 2000 + b"]" * 2000, "nested too deeply", id="nested-but-complete"),
+        pytest.param(b"9" * 5000, "a number of more than", id="5000-digit-integer"),
+        pytest.param(b'{"bw":' + b"9" * 5000 + b"}", "a number of more than", id="5000-digit-measurement"),
+    ],
+)
+def test_strict_json_refuses_what_python_cannot_parse(payload: bytes, fragment: str) -> None:
+    """Deep nesting (RecursionError) and huge integers (ValueError) are a ResultError like any
+    other malformed document, never another exception that would stop the caller."""
+    with pytest.raises(ResultError) as caught:
+        strict_json(payload, 16 * 1024)
+    assert fragment in str(caught.value)
 
 
 # ---------------------------------------------------------------- measurements protocol
@@ -260,6 +286,8 @@ def test_read_measurements_accepts(tmp_path: Path, payload: bytes, expected: dic
         json.dumps({f"m{i}": i for i in range(17)}).encode(),
         b"\xff",
         b'{"a":"' + b"x" * MEASUREMENTS_FILE_LIMIT + b'"}',
+        b"[" * 2000,
+        b'{"bw":' + b"9" * 5000 + b"}",
     ],
     ids=[
         "empty",
@@ -275,6 +303,8 @@ def test_read_measurements_accepts(tmp_path: Path, payload: bytes, expected: dic
         "seventeen",
         "utf8",
         "oversized",
+        "nested-2000-deep",
+        "5000-digit-number",
     ],
 )
 def test_read_measurements_refuses(tmp_path: Path, payload: bytes) -> None:
@@ -362,7 +392,11 @@ def test_build_result_pass_with_measurements(tmp_path: Path) -> None:
         Outcome(0, None, True, 0, 1),
     ],
 )
-@pytest.mark.parametrize("payload", [b"garbage", b'{"A":1}', b'{"a":NaN}', b"[]"])
+@pytest.mark.parametrize(
+    "payload",
+    [b"garbage", b'{"A":1}', b'{"a":NaN}', b"[]", b"[" * 2000, b'{"bw":' + b"9" * 5000 + b"}"],
+    ids=["garbage", "name", "nan", "array", "nested-2000-deep", "5000-digit-number"],
+)
 def test_invalid_measurements_are_inconclusive_never_pass(tmp_path: Path, outcome: Outcome, payload: bytes) -> None:
     result = build(tmp_path, outcome, payload)
     assert result.verdict == Verdict.INCONCLUSIVE
