@@ -75,7 +75,7 @@ def parse_ledger(config_map: Mapping[str, Any]) -> Ledger:
         if not isinstance(raw, dict):
             raise LedgerError("groups is not an object")
         groups = {str(run): _group(run, g) for run, g in raw.items()}
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise LedgerError(f"admission ledger {LEDGER_NAME} is malformed: {exc}") from exc
     return Ledger(fence, str(data.get("holder", "")), groups, config_map.get("metadata", {}).get("resourceVersion", ""))
 

@@ -249,8 +249,9 @@ def release_patch(
 
 
 def _detail_of(annotation: str) -> dict[str, Any]:
+    """The reservation's detail; empty when unreadable (the Node's kubelet may write anything)."""
     try:
         detail = json.loads(annotation)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return detail if isinstance(detail, dict) else {}

@@ -44,7 +44,7 @@ def recorded(node: Obj, profile: str) -> dict[str, str] | None:
         return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # the Node's kubelet may write anything here
         return None
     return value if isinstance(value, dict) else None
 

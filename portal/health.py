@@ -82,7 +82,7 @@ def _hold(labels: Mapping[str, Any], annotations: Mapping[str, Any], taints: lis
         return None
     try:
         detail = json.loads(str(annotations.get(keys.RESERVATION_ANNOTATION) or "{}"))
-    except ValueError:
+    except (ValueError, RecursionError):  # the Node's kubelet may write anything here
         detail = {}
     if not isinstance(detail, dict):
         detail = {}

@@ -31,7 +31,7 @@ def decode_token(token: str) -> Key:
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         value = json.loads(raw)
-    except (binascii.Error, ValueError) as exc:
+    except (binascii.Error, ValueError, RecursionError) as exc:
         raise TokenError("invalid continue token") from exc
     if not isinstance(value, dict) or value.get("v") != TOKEN_VERSION:
         raise TokenError("invalid continue token")

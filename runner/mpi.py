@@ -172,7 +172,7 @@ def authenticate(line: str, key: str) -> RankReport | None:
         return None
     try:
         parsed = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         parsed = None
     return RankReport(stream_rank=own[0], body=parsed)
 

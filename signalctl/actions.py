@@ -41,7 +41,7 @@ def reservation_of(node: Obj) -> str | None:
         return None
     try:
         detail = json.loads((meta.get("annotations") or {}).get(keys.RESERVATION_ANNOTATION, "{}"))
-    except ValueError:
+    except (ValueError, RecursionError):  # the Node's kubelet may write anything here
         detail = {}
     if isinstance(detail, dict) and detail.get("run"):
         return f"Run {detail.get('namespace')}/{detail['run']} (uid {uid})"

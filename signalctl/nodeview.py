@@ -72,7 +72,7 @@ def detail_of(node: Obj, profile: str) -> dict[str, str] | None:
         return None
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # the Node's kubelet may write anything here
         return None
     return value if isinstance(value, dict) else None
 

@@ -548,3 +548,22 @@ def test_reserve_then_release_restores_the_operator_taints() -> None:
     release = release_patch(node, OURS)
     assert release is not None
     assert release["spec"]["taints"] == operator_taints
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        pytest.param("[" * 2000, id="nested too deep for the parser"),
+        pytest.param('{"request": ' + "9" * 5000 + "}", id="a number of 5000 digits"),
+        pytest.param("not json", id="not JSON"),
+    ],
+)
+def test_release_patch_of_a_node_whose_kubelet_rewrote_the_reservation(annotation: str) -> None:
+    """The reservation annotation is on the Node, which its kubelet may write: whatever it holds,
+    the release is made (no request to give back), never an exception that stops the group's."""
+    raw = make_node("n").reserved_by(OURS).signal_taint(OURS).build()
+    raw["metadata"].setdefault("annotations", {})[keys.RESERVATION_ANNOTATION] = annotation
+    patch = release_patch(raw, OURS, restore_request=True)
+    assert patch is not None
+    assert patch["metadata"]["labels"] == {keys.RESERVED_BY_LABEL: None}
+    assert patch["spec"] == {"taints": None}
