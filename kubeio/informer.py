@@ -9,12 +9,21 @@ A watch asks the server to end it after ``timeoutSeconds`` and is resumed from t
 resourceVersion seen (events or bookmarks); a stream silent past that is a dead connection.
 When a watch cannot be resumed the cache reports itself unsynced (``is_synced``, with the
 reason in ``last_error``), tries again with a capped, jittered backoff logged at WARNING,
-and becomes synced again as soon as a watch is re-established or a list succeeds."""
+and becomes synced again as soon as a watch is re-established or a list succeeds.
+
+Failures count until a stream proves it follows the server: it delivered an event (or a
+bookmark), or stayed open ``MIN_HEALTHY_STREAM`` seconds. A watch answered and then broken at
+once (a garbled or oversized line, an event without a resourceVersion, a proxy closing every
+stream), or ended at once without an event, is a failure like a refused connection: the first
+is resumed at once, the next ones back off, and after ``RELIST_AFTER`` such streams in a row
+the cache lists again instead of replaying what broke them. A 410 Gone re-lists
+at once the first time and backs off when it comes again before the stream proved itself."""
 
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import structlog
@@ -24,6 +33,17 @@ from kubeio.errors import ApiError, Gone, error_for
 
 T = TypeVar("T")
 log = structlog.get_logger("informer")
+MIN_HEALTHY_STREAM = 5.0
+"""Seconds a watch must stay open (when it delivers nothing) to count as following the server."""
+RELIST_AFTER = 3
+"""Watches in a row answered and then broken, with no event delivered, after which the cache
+lists again (a refused connection resumes from the last version, however often)."""
+
+
+class WatchEnded(Exception):
+    """A watch stream ended before it delivered anything or stayed open long enough."""
+
+
 Handler = Callable[[str, T | None, T | None], None]
 
 
@@ -64,8 +84,14 @@ class Informer(Generic[T]):
         self._fresh = False
         self._version = ""
         self._failures = 0
+        self._gones = 0
+        self._broken = 0
+        """Failures in a row of watches that were answered and then broke (see RELIST_AFTER)."""
+        self._progressed = False
+        self._opened_at: float | None = None
         self._task: asyncio.Task[None] | None = None
         self._rng = random.Random()
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
 
     @property
     def is_synced(self) -> bool:
@@ -157,8 +183,15 @@ class Informer(Generic[T]):
         self.changed.set()
 
     def _opened(self) -> None:
-        self._failures = 0
+        self._opened_at = time.monotonic()
         self._mark_synced()
+
+    def _proved(self) -> bool:
+        """Whether the current stream showed that it follows the server (see the module docstring)."""
+        if self._progressed:
+            return True
+        lived = time.monotonic() - self._opened_at if self._opened_at is not None else 0.0
+        return self._opened_at is not None and lived >= min(MIN_HEALTHY_STREAM, self.watch_seconds / 2)
 
     async def _watch(self) -> None:
         """Follow one watch stream from ``_version``, advancing it with every event."""
@@ -173,6 +206,7 @@ class Informer(Generic[T]):
             if kind == "ERROR":
                 raise error_for(int(obj.get("code", 500)), obj, "WATCH", self.path)
             self._version = obj["metadata"]["resourceVersion"]
+            self._progressed = True
             if kind == "BOOKMARK":
                 continue
             key = self.key(obj)
@@ -180,34 +214,52 @@ class Informer(Generic[T]):
 
     async def _run(self) -> None:
         while True:
+            self._progressed, self._opened_at = False, None
             try:
                 if not self._version:
                     items, self._version = await self._list()
                     self._replace(items)
-                    self._opened()
+                    self._mark_synced()
                 await self._watch()
+                if not self._proved():
+                    raise WatchEnded("the watch ended at once, without an event")
+                self._failures = self._broken = self._gones = 0  # its timeout: resumed from there
             except asyncio.CancelledError:
                 raise
-            except Gone:
-                log.info("informer re-listing: its resourceVersion expired", path=self.path)
+            except Gone as exc:
                 self._version = ""
+                self._gones = 1 if self._proved() else self._gones + 1
+                if self._gones == 1:
+                    log.info("informer re-listing: its resourceVersion expired", path=self.path)
+                else:  # expired again before a stream proved itself: not a hot re-list loop
+                    await self._back_off(exc, self._gones, "its resourceVersion expired again; re-listing")
             except Exception as exc:  # any other failure: resume, else back off and try again
+                if self._proved():
+                    self._failures = self._broken = 0
                 self._failures += 1
-                failures, version = self._failures, self._version
-                reason = f"{type(exc).__name__}: {exc}"[:300]
-                if failures == 1 and version:
-                    log.info("watch ended; resuming", path=self.path, error=reason)
+                if self._opened_at is not None:  # answered, then broken: what broke it may come again
+                    self._broken += 1
+                if self._failures == 1 and self._version:
+                    log.info("watch ended; resuming", path=self.path, error=f"{type(exc).__name__}: {exc}"[:300])
                     continue
-                self._mark_unsynced(reason)
-                delay = backoff_delay(failures, cap=self.max_backoff, rand=self._rng.random())
-                retry_after = exc.retry_after if isinstance(exc, ApiError) else None
-                delay = max(delay, min(retry_after or 0.0, self.max_backoff * 3))
-                log.warning(
-                    "informer cannot follow the API server; its cache is not synced",
-                    path=self.path,
-                    error=reason,
-                    failures=failures,
-                    retry_in=round(delay, 2),
-                    resume_from=version or None,
-                )
-                await asyncio.sleep(delay)
+                if self._version and self._broken >= RELIST_AFTER:
+                    log.warning("informer re-listing: its watch keeps breaking", path=self.path, at=self._version)
+                    self._version, self._broken = "", 0
+                await self._back_off(exc, self._failures, "")
+
+    async def _back_off(self, exc: Exception, failures: int, what: str) -> None:
+        """Report the cache unsynced and wait before the next attempt (capped, jittered)."""
+        reason = f"{what + ': ' if what else ''}{type(exc).__name__}: {exc}"[:300]
+        self._mark_unsynced(reason)
+        delay = backoff_delay(failures, cap=self.max_backoff, rand=self._rng.random())
+        retry_after = exc.retry_after if isinstance(exc, ApiError) else None
+        delay = max(delay, min(retry_after or 0.0, self.max_backoff * 3))
+        log.warning(
+            "informer cannot follow the API server; its cache is not synced",
+            path=self.path,
+            error=reason,
+            failures=failures,
+            retry_in=round(delay, 2),
+            resume_from=self._version or None,
+        )
+        await self._sleep(delay)
