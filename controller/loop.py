@@ -20,7 +20,7 @@ whose Run does not exist yet only because no admission is between those two writ
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from time import monotonic
@@ -33,7 +33,7 @@ from controller.lifecycle import enforce_retention, recur
 from controller.nodes import NodeView
 from controller.profiles import reconcile_profile
 from controller.reassert import reassert_projections
-from controller.recovery import recover
+from controller.recovery import each_pass, recover
 from controller.requeue import STALE_RECHECK, run_requeue, stale_after_own_write
 from controller.runs import reconcile_run
 from controller.runview import RunView
@@ -86,25 +86,6 @@ def _version(obj: Any) -> str:
 
 def _generation(obj: Obj | None) -> object:
     return ((obj or {}).get("metadata") or {}).get("generation")
-
-
-async def each_pass(ctx: Context, passes: Sequence[Callable[[Context], Awaitable[object]]]) -> None:
-    """Run every one of the fleet-wide passes, each whatever the ones before it raised, then
-    raise the first failure (for the key's backoff): a pass stopped by one object (a Node the
-    API refuses to release) must not hold back the others (retention, the re-assertion of Node
-    projections). FATAL stops at once."""
-    failure: Exception | None = None
-    for one in passes:
-        try:
-            await one(ctx)
-        except FATAL:
-            raise
-        except Exception as exc:
-            if failure is not None:
-                log.warning("fleet pass failed", fleet_pass=one.__name__, error=f"{type(exc).__name__}: {exc}"[:300])
-            failure = failure or exc
-    if failure is not None:
-        raise failure
 
 
 class Controller:
@@ -326,23 +307,36 @@ class Controller:
         metrics.refresh((r.phase for r in ctx.runs.items.values()), reserved)
 
     async def start(self, stop: asyncio.Event) -> None:
-        """Take the fence and recover, retrying while the API server cannot be reached."""
+        """Take the fence (retrying while the API server cannot be reached), then recover once.
+        What recovery could not repair (a Node whose release the API server refuses) holds no
+        one up: the fleet pass (the GROUPS key, with its backoff) tries it again, while every
+        other object is reconciled; an orphan only keeps Nodes or budget out of use meanwhile."""
         failures = 0
         while not stop.is_set():
             try:
                 await self.ctx.take_fence()
-                await recover(self.ctx)
-                return
+                break
             except FATAL:
                 raise
             except Exception as exc:
                 failures += 1
                 delay = self.queue.backoff.delay(failures, self.queue.rand())
                 log.warning(
-                    "start-up recovery failed; retrying", error=f"{type(exc).__name__}: {exc}"[:300], retry_in=delay
+                    "taking the fence failed; retrying", error=f"{type(exc).__name__}: {exc}"[:300], retry_in=delay
                 )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
+        if stop.is_set():
+            return
+        try:
+            await recover(self.ctx)
+        except FATAL:
+            raise
+        except Exception as exc:
+            log.warning(
+                "start-up recovery incomplete; the fleet pass tries again",
+                error=f"{type(exc).__name__}: {exc}"[:300],
+            )
 
     async def _resync_timer(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

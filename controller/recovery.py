@@ -5,11 +5,18 @@
   fenced leader, so no admission is between its ledger write and its Run create);
 * a ledger group whose Run is terminal and released is dropped;
 * a Workflow whose Run is missing (or has another uid) is deleted.
-Half-admitted Runs are finished or rolled back by ``runs.reconcile_run``."""
+Half-admitted Runs are finished or rolled back by ``runs.reconcile_run``.
 
+Each object is repaired apart from the others, and ``each_pass`` runs the fleet-wide passes
+(recovery, retention, re-assertion) apart from each other: one object the API server refuses
+to change holds back nothing else; the first failure is raised afterwards, for the backoff."""
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from controller.ledger import LedgerError
 from controller.reservations import release_node
 from controller.runview import RunView
-from controller.state import Context, log
+from controller.state import Context, NotLeader, log
 from kubeio.client import resource_path
 from kubeio.errors import Conflict, NotFound
 from shared import keys
@@ -25,7 +32,27 @@ async def _run_uid(ctx: Context, name: str, namespace: str) -> str | None:
 
 
 async def recover(ctx: Context) -> int:
-    """One recovery pass; returns the number of repairs made."""
+    """One recovery pass; returns the number of repairs made. Each Node, ledger group and
+    Workflow is repaired apart: one the API server refuses (a webhook, a policy) is logged and
+    the others are still repaired; then the first failure is raised, for the pass's backoff."""
+    failures: list[Exception] = []
+    repairs = await _release_orphaned_nodes(ctx, failures)
+    repairs += await _drop_orphaned_groups(ctx, failures)
+    runs_by_name = {r.name: r for r in ctx.runs.items.values()}
+    repairs += await _delete_orphan_workflows(ctx, runs_by_name, failures)
+    if failures:
+        raise failures[0]
+    return repairs
+
+
+def _failed(failures: list[Exception], exc: Exception, what: str) -> None:
+    if isinstance(exc, NotLeader | LedgerError):
+        raise exc
+    log.warning("recovery could not repair; the others go on", what=what, error=f"{type(exc).__name__}: {exc}"[:300])
+    failures.append(exc)
+
+
+async def _release_orphaned_nodes(ctx: Context, failures: list[Exception]) -> int:
     repairs = 0
     live_uids = {r.uid for r in ctx.runs.items.values()}
     for node in list(ctx.nodes.items.values()):
@@ -35,30 +62,41 @@ async def recover(ctx: Context) -> int:
             continue
         if uid in live_uids or (held and held.run_namespace and held.run_namespace != ctx.namespace):
             continue  # live, or held by another installation of Signal (another namespace)
-        actual = await _run_uid(ctx, held.run_name, held.run_namespace) if held and held.run_name else None
-        if uid is not None and actual == uid:
-            continue
-        log.warning("releasing orphaned reservation", node=node.name, run_uid=uid)
-        await release_node(ctx, node.name, uid or node.signal_taint_uid or "", restore_request=True)
-        repairs += 1
+        try:
+            actual = await _run_uid(ctx, held.run_name, held.run_namespace) if held and held.run_name else None
+            if uid is not None and actual == uid:
+                continue
+            log.warning("releasing orphaned reservation", node=node.name, run_uid=uid)
+            await release_node(ctx, node.name, uid or node.signal_taint_uid or "", restore_request=True)
+            repairs += 1
+        except Exception as exc:
+            _failed(failures, exc, f"the orphaned reservation of Node {node.name}")
+    return repairs
+
+
+async def _drop_orphaned_groups(ctx: Context, failures: list[Exception]) -> int:
+    repairs = 0
     ledger = await ctx.read_ledger()
     runs_by_name = {r.name: r for r in ctx.runs.items.values()}
     for name in sorted(ledger.groups):
         run = runs_by_name.get(name)
-        if run is None and await _run_uid(ctx, name, ctx.namespace) is None:
-            reason = "its Run does not exist"
-        elif run is not None and run.is_true("Released"):
-            reason = "its Run was released"
-        else:
-            continue
-        log.warning("dropping ledger group", run=name, reason=reason)
-        ledger = await ctx.write_ledger(ledger.without(name))
-        repairs += 1
-    repairs += await _delete_orphan_workflows(ctx, runs_by_name)
+        try:
+            if run is None and await _run_uid(ctx, name, ctx.namespace) is None:
+                reason = "its Run does not exist"
+            elif run is not None and run.is_true("Released"):
+                reason = "its Run was released"
+            else:
+                continue
+            log.warning("dropping ledger group", run=name, reason=reason)
+            ledger = await ctx.write_ledger(ledger.without(name))
+            repairs += 1
+        except Exception as exc:
+            _failed(failures, exc, f"the ledger group of Run {name}")
+            break  # the ledger may have changed: the next pass reads it again
     return repairs
 
 
-async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, RunView]) -> int:
+async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, RunView], failures: list[Exception]) -> int:
     """Delete Signal's Workflows whose Run is gone; the cache nominates, an uncached GET confirms."""
     repairs = 0
     path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace)
@@ -69,12 +107,34 @@ async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, RunView
         cached = runs_by_name.get(run_name)
         if cached is not None and cached.uid == run_uid:
             continue
-        if await _run_uid(ctx, run_name, ctx.namespace) == run_uid:
-            continue
-        log.warning("deleting orphaned workflow", workflow=meta["name"])
         try:
+            if await _run_uid(ctx, run_name, ctx.namespace) == run_uid:
+                continue
+            log.warning("deleting orphaned workflow", workflow=meta["name"])
             await ctx.kube.delete(f"{path}/{meta['name']}", uid=meta["uid"], propagation="Background")
         except (NotFound, Conflict):
             continue
+        except Exception as exc:
+            _failed(failures, exc, f"the orphaned Workflow {meta['name']}")
+            continue
         repairs += 1
     return repairs
+
+
+async def each_pass(ctx: Context, passes: Sequence[Callable[[Context], Awaitable[object]]]) -> None:
+    """Run every one of the fleet-wide passes, each whatever the ones before it raised, then
+    raise the first failure (for the key's backoff): a pass stopped by one object (a Node the
+    API refuses to release) must not hold back the others (retention, the re-assertion of Node
+    projections). NotLeader and LedgerError stop at once."""
+    failure: Exception | None = None
+    for one in passes:
+        try:
+            await one(ctx)
+        except (NotLeader, LedgerError):
+            raise
+        except Exception as exc:
+            if failure is not None:
+                log.warning("fleet pass failed", fleet_pass=one.__name__, error=f"{type(exc).__name__}: {exc}"[:300])
+            failure = failure or exc
+    if failure is not None:
+        raise failure

@@ -3,6 +3,7 @@ request restored), a Workflow whose Run does not exist is deleted, and a reserva
 another installation (another namespace) is left alone. A Workflow that names no Run stops
 none of the fleet passes."""
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -118,4 +119,101 @@ async def test_a_workflow_labelled_with_no_run_name_stops_no_pass(
         assert "reconcile failed" not in controller.logs()
     finally:
         controller.stop()
+        await world.cleanup()
+
+
+ADMISSION = "admissionregistration.k8s.io/v1"
+
+
+async def refuse_updates_of(admin: KubeClient, node: str) -> list[str]:
+    """A ValidatingAdmissionPolicy (as a cluster's webhook or policy might) refusing every
+    update of Node ``node``, in force when this returns; the paths to delete afterwards."""
+    name = f"refuse-{node}"
+    policy = {
+        "apiVersion": ADMISSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+                ]
+            },
+            "validations": [{"expression": f"object.metadata.name != '{node}'", "message": "this Node is frozen"}],
+        },
+    }
+    binding = {
+        "apiVersion": ADMISSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    made = []
+    for plural, body in (("validatingadmissionpolicies", policy), ("validatingadmissionpolicybindings", binding)):
+        await admin.create(resource_path(ADMISSION, plural), body)
+        made.append(resource_path(ADMISSION, plural, name=name))
+
+    async def in_force() -> bool:
+        try:
+            await admin.request(
+                "PATCH",
+                resource_path("v1", "nodes", name=node),
+                body={"metadata": {"labels": {"probe": "x"}}},
+                params={"dryRun": "All"},
+                content_type="application/merge-patch+json",
+            )
+        except ApiError as exc:
+            return "this Node is frozen" in exc.message
+        return False
+
+    await eventually(in_force, what=f"the policy refusing updates of {node} in force")
+    return made
+
+
+async def test_a_node_whose_release_is_refused_holds_up_nothing_else(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """Two Nodes reserved for a Run that is gone; the API server refuses every update of the
+    first (a policy). The controller starts anyway: it releases the other, admits a new group,
+    and keeps trying the refused one (it stays reserved, and the controller says why)."""
+    world = World(cluster, admin, namespace)
+    await world.setup()
+    frozen, orphan, *fresh = world.node_names(4, "held")
+    await world.add_nodes([frozen, orphan, *fresh], requested_for=None)
+    for name in (frozen, orphan):
+        detail = {"run": "gone", "namespace": namespace, "uid": "uid-gone", "index": 0, "request": "some-profile"}
+        await admin.merge_patch(
+            resource_path("v1", "nodes", name=name),
+            {
+                "metadata": {
+                    "labels": {keys.RESERVED_BY_LABEL: "uid-gone"},
+                    "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(detail)},
+                },
+                "spec": {
+                    "taints": [{"key": "projectsignal.dev/reserved", "value": "uid-gone", "effect": "NoSchedule"}]
+                },
+            },
+        )
+    made = await refuse_updates_of(admin, frozen)
+    profile = f"{namespace}-after"
+    await world.add_profile(profile_body(profile, namespace, 2))
+    controller = ControllerProcess(cluster, namespace, tmp_path, resync=1.0)
+    await controller.start()
+    try:
+        await world.request(profile, fresh)
+
+        async def running() -> bool:
+            runs = await world.runs()
+            return any((r.get("status") or {}).get("phase") == "Running" for r in runs)
+
+        await eventually(running, timeout=60, what="a new group admitted despite the refused release")
+        assert reserved_by((await world.nodes([orphan]))[0]) is None, "the other orphan was not released"
+        assert reserved_by((await world.nodes([frozen]))[0]) == "uid-gone"
+        assert "this Node is frozen" in controller.logs()
+    finally:
+        controller.stop()
+        for path in reversed(made):
+            with contextlib.suppress(ApiError):
+                await admin.delete(path)
         await world.cleanup()
