@@ -5,14 +5,20 @@ served it, on its own Node, and that Pod's runner reported Pass for exactly that
 (participant index, Node name, Pod name and uid) with exit code 0 and the Pod Succeeded.
 A missing, unfinished, malformed, oversized, duplicated or foreign result is Inconclusive;
 a well-formed Fail is Fail.
+
+An MPI launcher's report decides the verdicts of the participants it names, so it counts only
+from a launcher that ran where no other Node under test could have written it
+(``launcher_placement``): a ``crossNode`` launcher on a Node that is none of the participants',
+a ``perNode`` launcher on its own participant's Node.
 """
 
 from collections import Counter
-from typing import Any
+from typing import Any, assert_never
 
 from adapter import workloads
 from shared import keys
 from shared.evidence import ParticipantResult, Workload
+from shared.profile import MpiScope
 from shared.result import INCONCLUSIVE_EXIT_CODE, RankResult, ResultError, RunnerResult, parse_result
 from shared.run import Participant, Verdict
 
@@ -157,35 +163,72 @@ def pod_workloads(pods: list[Obj]) -> list[Workload]:
     return found
 
 
-def collect_mpi(
-    participants: tuple[Participant, ...], workers: list[Obj], launcher_pods: list[Obj], slots: int = 1
-) -> tuple[list[ParticipantResult], RunnerResult | None, str]:
-    """One result per participant from an MPIJob's workers and its launcher's report, each
-    participant bound to the ranks that ran on its own worker (``slots`` of them). For a
-    perNode check, call it once per participant with that participant's MPIJob only.
-    Returns (results, the launcher's result or None, why there is none)."""
-    launcher: RunnerResult | None = None
-    why = "NoLauncher: no launcher Pod finished"
+def launcher_placement(node: str | None, participants: tuple[Participant, ...], scope: MpiScope) -> str | None:
+    """Why a launcher that ran on ``node`` may not speak for ``participants``, or None. The
+    Node a launcher runs on controls its report (its root writes the termination log, its
+    kubelet the Pod's status): a ``crossNode`` launcher must have run on a Node that is none of
+    the participants' (one of them would speak for the others); a ``perNode`` launcher
+    (one participant) on that participant's own Node."""
+    own = {p.node_name: p.index for p in participants}
+    if not node:
+        return "UntrustedLauncher: the launcher Pod names no Node"
+    if scope == "crossNode":
+        if node in own:
+            return f"UntrustedLauncher: the launcher ran on participant {own[node]}'s Node {node!r}, a Node under test"
+        return None
+    if scope == "perNode":
+        if len(own) != 1 or node not in own:
+            return f"UntrustedLauncher: the launcher ran on Node {node!r}, not its participant's"
+        return None
+    assert_never(scope)
+
+
+def trusted_launcher(
+    participants: tuple[Participant, ...], launcher_pods: list[Obj], scope: MpiScope
+) -> tuple[RunnerResult | None, str]:
+    """The one finished launcher's report, if it is its own Pod's, from a Node that may speak
+    for ``participants`` (``launcher_placement``); a Pass its Pod does not bear out is
+    Inconclusive. Else None and why."""
     finished = [p for p in launcher_pods if terminal(p)]
     if len(launcher_pods) > 1:
-        why = f"DuplicateLauncher: {len(launcher_pods)} launcher Pods"
-    elif finished:
-        pod = finished[0]
-        launcher, why = pod_result(pod)
-        if launcher is not None:
-            identity = launcher.identity
-            if identity.role != "launcher" or launcher.launcher is None:
-                launcher, why = None, "ForeignResult: the launcher's result is not a launcher report"
-            elif identity.pod_uid != pod["metadata"]["uid"] or identity.node_name != pod.get("spec", {}).get(
-                "nodeName"
-            ):
-                launcher, why = None, "ForeignResult: the launcher's result names another Pod or Node"
-    if launcher is not None and launcher.verdict == Verdict.PASS:
-        terminated = _runner_status(finished[0]) or {}
-        phase = (finished[0].get("status") or {}).get("phase")
+        return None, f"DuplicateLauncher: {len(launcher_pods)} launcher Pods"
+    if not finished:
+        return None, "NoLauncher: no launcher Pod finished"
+    pod = finished[0]
+    launcher, why = pod_result(pod)
+    if launcher is None:
+        return None, why
+    identity, node = launcher.identity, pod.get("spec", {}).get("nodeName")
+    if identity.role != "launcher" or launcher.launcher is None:
+        return None, "ForeignResult: the launcher's result is not a launcher report"
+    if identity.pod_uid != pod["metadata"]["uid"] or identity.node_name != node:
+        return None, "ForeignResult: the launcher's result names another Pod or Node"
+    misplaced = launcher_placement(node, participants, scope)
+    if misplaced:
+        return None, misplaced
+    if launcher.verdict == Verdict.PASS:
+        terminated = _runner_status(pod) or {}
+        phase = (pod.get("status") or {}).get("phase")
         if not (launcher.exit_code == 0 and terminated.get("exitCode") == 0 and phase == "Succeeded"):
             reason = "InconsistentResult: the launcher reported Pass but its Pod did not succeed"
             launcher = launcher.model_copy(update={"verdict": Verdict.INCONCLUSIVE, "reason": reason})
+    return launcher, why
+
+
+def collect_mpi(
+    participants: tuple[Participant, ...],
+    workers: list[Obj],
+    launcher_pods: list[Obj],
+    slots: int = 1,
+    *,
+    scope: MpiScope = "crossNode",
+) -> tuple[list[ParticipantResult], RunnerResult | None, str]:
+    """One result per participant from an MPIJob's workers and its launcher's report, each
+    participant bound to the ranks that ran on its own worker (``slots`` of them). For a
+    perNode check, call it once per participant with that participant's MPIJob only and
+    ``scope="perNode"``; the launcher's Node must fit ``scope`` (``launcher_placement``).
+    Returns (results, the launcher's result or None, why there is none)."""
+    launcher, why = trusted_launcher(participants, launcher_pods, scope)
     ranks: dict[str, list[RankResult]] = {}
     for rank in launcher.launcher.ranks if launcher and launcher.launcher else []:
         ranks.setdefault(rank.host, []).append(rank)

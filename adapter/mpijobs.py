@@ -2,7 +2,8 @@
 their launchers, bind every rank result to a participant, and quiesce the MPIJobs' whole
 ownership trees. Thin I/O; the decisions are in ``collect`` and ``workloads``.
 
-* ``crossNode``: one MPIJob, one world across every participant (today's semantics).
+* ``crossNode``: one MPIJob, one world across every participant; its launcher runs on a Node
+  that is not under test, and its report counts only if it did (``collect.launcher_placement``).
 * ``perNode``: one MPIJob per participant (a launcher and a worker on its Node, a local
   world of ``slotsPerWorker`` ranks); each participant's verdict comes from its own
   launcher, and only from ranks that ran on its own worker.
@@ -73,7 +74,13 @@ async def _one(
     job_uid = job["metadata"]["uid"]
     workers = [w for w in workers if backend.owned_by(w, job_uid) and backend.runs_runner(w, image)]
     launcher_pods = [p for p in launcher_pods if backend.runs_runner(p, image)]
-    results, launcher, _ = collect.collect_mpi(participants, workers, launcher_pods, inputs.check.slots_per_worker)
+    results, launcher, _ = collect.collect_mpi(
+        participants,
+        workers,
+        launcher_pods,
+        inputs.check.slots_per_worker,
+        scope="crossNode" if index is None else "perNode",
+    )
     if index is not None:
         results = [collect.with_launcher_output(r, launcher) for r in results]
     found = [Workload(kind="MPIJob", name=job["metadata"]["name"], uid=job_uid, participant_index=index, role="mpijob")]

@@ -56,7 +56,7 @@ recursive steps template with input ``index`` (default ``"0"``).
   the template tolerates no Signal taint, so a cordoned (reserved) Node is out as well. An
   operator marks trusted Nodes with ``StepPlacement`` (a ``nodeSelector`` and tolerations for
   those Nodes' own taints), or patches ``spec.nodeSelector`` / ``spec.tolerations`` in an
-  overlay.
+  overlay. A ``crossNode`` MPI launcher shares the requirement (``adapter.workloads``).
 
 These semantics were checked offline against Argo v4.0.5's own Go code (template validation,
 ``ProcessArgs`` substitution, ``ReplaceStrict`` and the steps ``when`` evaluator), not on a
@@ -85,6 +85,7 @@ from hera.workflows.models import (
 )
 
 from adapter.step import OUTPUT_DEFAULTS, OUTPUT_DIR, RUNNER_IMAGE_ENV
+from adapter.workloads import NOT_UNDER_TEST
 from shared import keys
 
 DEFAULT_IMAGE: Final = "projectsignal.dev/adapter:0.1.0"
@@ -162,11 +163,9 @@ class StepPlacement:
 
 
 def _step_affinity() -> Affinity:
-    """Only Nodes that are neither requested for certification nor reserved by a Run."""
-    away = [
-        NodeSelectorRequirement(key=keys.CERTIFY_LABEL, operator="DoesNotExist"),
-        NodeSelectorRequirement(key=keys.RESERVED_BY_LABEL, operator="DoesNotExist"),
-    ]
+    """Only Nodes that are neither requested for certification nor reserved by a Run
+    (``workloads.NOT_UNDER_TEST``, which a ``crossNode`` MPI launcher shares)."""
+    away = [NodeSelectorRequirement(key=key, operator=operator) for key, operator in NOT_UNDER_TEST]
     required = NodeSelector(node_selector_terms=[NodeSelectorTerm(match_expressions=away)])
     return Affinity(node_affinity=NodeAffinity(required_during_scheduling_ignored_during_execution=required))
 

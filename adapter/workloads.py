@@ -6,8 +6,8 @@ one MPIJob ``sig-<12 hex of sha256(run uid)>-c<check index>``, a ``perNode`` one
 per participant ``...-c<check index>-p<participant index>`` (short, so that the workers'
 hostnames ``<job>-worker-<i>`` stay DNS labels).
 
-Every backend Pod: no API token, the Run's cordon and the check's own tolerations (the
-Nodes' taints an operator allowed) tolerated, a deadline (``activeDeadlineSeconds``: the
+Every backend Pod: no API token, the Run's cordon (except a ``crossNode`` launcher) and the
+check's own tolerations (the Nodes' taints an operator allowed) tolerated, a deadline (``activeDeadlineSeconds``: the
 check's for Pods and launchers, the check's plus a grace for MPI workers, so a worker never
 outlives a dead adapter for long), the script mounted read-only from the Run's snapshot, a
 restricted security context (non-root, no privilege escalation, all capabilities dropped,
@@ -16,8 +16,9 @@ network the check's workload policy allows, and Run, check and participant label
 
 Placement: a Pod check's Pod is bound with ``nodeName``, except when it names a Kueue queue:
 Kueue gates such Pods and the API server refuses a gated Pod with ``nodeName``, so it is
-placed by required node affinity on ``metadata.name`` instead. MPI launchers and workers are
-always placed by required node affinity on ``metadata.name``.
+placed by required node affinity on ``metadata.name`` instead, as are MPI workers and a
+``perNode`` launcher (on its participant's Node). A ``crossNode`` launcher speaks for every
+participant, so it never runs on a Node under test (``off_nodes_under_test``; docs/security.md).
 
 MPI over SSH on a real cluster: the MPI operator mounts its key Secret at the runner user's
 ``~/.ssh`` (``sshAuthMountPath``), the Pods' ``fsGroup`` lets that user read it, OpenMPI's
@@ -166,6 +167,22 @@ def tolerations(inputs: Inputs) -> list[dict[str, Any]]:
     return own
 
 
+NOT_UNDER_TEST: Final = ((keys.CERTIFY_LABEL, "DoesNotExist"), (keys.RESERVED_BY_LABEL, "DoesNotExist"))
+"""(label key, operator) requirements, ANDed, of a Node that is neither requested for
+certification nor reserved by a Run: the only Nodes where the adapter's step Pods
+(``adapter.workflow_template``) and a ``crossNode`` MPI launcher may run."""
+
+
+def off_nodes_under_test(participants: list[str]) -> dict[str, Any]:
+    """Required node affinity, one term: ``NOT_UNDER_TEST`` and none of ``participants`` by
+    name (a kubelet can remove its own Node's labels but never change its name; one value per
+    field selector, the requirements of a term are ANDed)."""
+    expressions = [{"key": key, "operator": operator} for key, operator in NOT_UNDER_TEST]
+    fields = [{"key": NODE_NAME_FIELD, "operator": "NotIn", "values": [node]} for node in participants]
+    term = {"matchExpressions": expressions, "matchFields": fields}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
 def node_affinity(nodes: list[str]) -> dict[str, Any]:
     """Required node affinity on the Nodes' names (kubelets cannot change a Node's name): one
     term per Node (the terms are ORed; the API server allows one value per field selector)."""
@@ -291,11 +308,12 @@ def mpijob(
     participant_index: int | None = None,
     worker_grace_seconds: int = WORKER_GRACE_SECONDS,
 ) -> dict[str, Any]:
-    """One MPIJob. ``crossNode`` (``participant_index`` None): a launcher on participant
-    0's Node and exactly one worker per participant, placed by required node affinity (the
-    participants) and required pod anti-affinity (one worker per Node). ``perNode``
-    (``participant_index`` given): a launcher and one worker, both on that participant's
-    Node. ``slotsPerWorker`` ranks per worker. ``cleanPodPolicy: None`` keeps the workers
+    """One MPIJob. ``crossNode`` (``participant_index`` None): a launcher on a Node that is
+    not under test (``off_nodes_under_test``; no Signal taint tolerated) and exactly one
+    worker per participant, placed by required node affinity (the participants) and required pod
+    anti-affinity (one worker per Node). ``perNode`` (``participant_index`` given): a launcher
+    and one worker, both on that participant's Node. ``slotsPerWorker`` ranks per worker; the
+    launcher requests no resources. ``cleanPodPolicy: None`` keeps the workers
     until the adapter has taken the evidence; their own deadline bounds them if it never
     does."""
     name = mpijob_name(inputs, participant_index)
@@ -342,7 +360,11 @@ def mpijob(
     launcher_container = _container(inputs, image, launcher_args, env)
     launcher_container.pop("resources", None)
     launcher_spec = _pod_spec(inputs, launcher_container)
-    launcher_spec["affinity"] = node_affinity(nodes[:1])
+    if participant_index is None:
+        launcher_spec["affinity"] = off_nodes_under_test(nodes)
+        launcher_spec["tolerations"] = [t for t in launcher_spec["tolerations"] if t["key"] != RESERVED_TAINT_KEY]
+    else:
+        launcher_spec["affinity"] = node_affinity(nodes)
     return {
         "apiVersion": MPI_API,
         "kind": "MPIJob",

@@ -8,7 +8,8 @@ results document matches its own recorded digest; that names this Run, this chec
 name, backend, script key) and this source digest; whose participants are exactly the
 Run's participants (index, Node name and uid, each once); whose backend workloads cover
 every participant exactly once on its own Node (and, for a ``perNode`` MPI check, whose
-proven verdicts each come from exactly one launcher of that participant, on its own Node);
+proven verdicts each come from exactly one launcher of that participant, on its own Node; a
+crossNode check's from exactly one launcher on a Node that is none of the participants');
 whose verdicts are the ones the rules give; and whose cleanup completed. Anything else makes that check Inconclusive.
 
 The Run is ``Failed`` if any check with valid evidence proves a failure; ``Succeeded``
@@ -117,8 +118,20 @@ def validate_check(run: Obj, check_index: int, document: Obj) -> tuple[Verdict, 
                 f"IdentityCoverage: participant {index} not served exactly once on its Node",
                 {},
             )
-    if ident.backend == "MPIJob" and ((check.get("mpi") or {}).get("scope") or "perNode") == "perNode":
-        launchers = [w for w in results.workloads if w.role == "launcher"]
+    scope = (check.get("mpi") or {}).get("scope") or "perNode"
+    launchers = [w for w in results.workloads if w.role == "launcher"]
+    if ident.backend == "MPIJob" and scope == "crossNode":
+        # The launcher's report decides every participant: from one launcher on a Node that is
+        # none of theirs (one of them would speak for the others; docs/security.md).
+        nodes_under_test = {node for node, _ in expected.values()}
+        trusted = len(launchers) == 1 and launchers[0].node_name and launchers[0].node_name not in nodes_under_test
+        if not trusted and any(p.verdict != Verdict.INCONCLUSIVE for p in results.participants):
+            return (
+                Verdict.INCONCLUSIVE,
+                "IdentityCoverage: the verdicts are not from one launcher on a Node that is none of the participants'",
+                {},
+            )
+    if ident.backend == "MPIJob" and scope == "perNode":
         for index, (node, _) in expected.items():
             own = [w for w in launchers if w.participant_index == index]
             if by_index[index].verdict != Verdict.INCONCLUSIVE and (len(own) != 1 or own[0].node_name != node):

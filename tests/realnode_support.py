@@ -1,7 +1,9 @@
-"""Checks on real nodes (localcluster.realnode): one local cluster with two real nodes, the
-runner image built from this repository (localcluster.images) and imported into every node's
-containerd, the real Kubeflow MPI operator v0.8.0 with its RBAC, and a namespace under Pod
-Security ``restricted`` with the adapter's RBAC and Signal's admission policies from deploy/.
+"""Checks on real nodes (localcluster.realnode): one local cluster with three real nodes (Runs
+use ``node-1`` and ``node-2``; ``node-3`` is never requested: it is the Node not under test
+where a ``crossNode`` MPI launcher runs and reaches the workers over SSH), the runner image
+built from this repository (localcluster.images) and imported into every node's containerd,
+the real Kubeflow MPI operator v0.8.0 with its RBAC, and a namespace under Pod Security
+``restricted`` with the adapter's RBAC and Signal's admission policies from deploy/.
 The adapter runs as a local process with its ServiceAccount's kubeconfig (tests.adapter_support),
 against Runs over the real Nodes. What runs on a node is read from that node's containerd."""
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from localcluster import images
+from localcluster.argoworkflows import SYSTEM_NODE, SYSTEM_NODE_LABEL
 from localcluster.binaries import argo_build_dir
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import ControlPlane
@@ -38,11 +41,17 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
+REAL_NODES = ("node-1", "node-2", "node-3")
+"""Runs take the first two; the third is never requested (a crossNode launcher's Node)."""
+SYSTEM_TAINT = {"key": SYSTEM_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+"""With Argo, the simulated system node (the process kubelet's) is tainted and the adapter's
+WorkflowTemplate tolerates it, as docs/security.md tells operators to reserve trusted Nodes for
+the steps: no crossNode launcher lands there, only on a real node not under test."""
 
 
 @dataclass
 class RealCluster:
-    """The module's cluster: two real nodes, the real MPI operator, the runner image."""
+    """The module's cluster: three real nodes, the real MPI operator, the runner image."""
 
     cluster: LocalCluster
     operator: KubeflowMPIOperator
@@ -66,7 +75,7 @@ class RealCluster:
 
 
 async def start_real_cluster(keep: bool = False, *, argo: bool = False) -> RealCluster:
-    """Build (or find) the runner image, start the cluster with two real nodes, import the
+    """Build (or find) the runner image, start the cluster with three real nodes, import the
     image, start the real MPI operator and prepare a restricted namespace for the adapter.
     With ``argo``, Argo's real workflow-controller runs too (its step Pods on the cluster's
     simulated system node, the checks' Pods on the real nodes) and the namespace holds the
@@ -75,13 +84,19 @@ async def start_real_cluster(keep: bool = False, *, argo: bool = False) -> RealC
     began = time.monotonic()
     runner = (await asyncio.to_thread(images.Builder().build, ["runner"]))["runner"]
     timings["runner_image"] = time.monotonic() - began
-    local = LocalCluster(plane=ControlPlane(keep_workdir=keep), real_nodes=2, install_upstream=argo, with_argo=argo)
+    local = LocalCluster(
+        plane=ControlPlane(keep_workdir=keep), real_nodes=len(REAL_NODES), install_upstream=argo, with_argo=argo
+    )
     await local.start()
     operator = KubeflowMPIOperator(local.plane, local.admin)
     try:
         timings["cluster"] = local.timings["total"]
         assert local.realnodes is not None
-        if not argo:
+        if argo:
+            await local.admin.merge_patch(
+                resource_path("v1", "nodes", name=SYSTEM_NODE), {"spec": {"taints": [SYSTEM_TAINT]}}
+            )
+        else:
             # Argo's CRDs (the controller submits Workflows; Argo itself does not run here) and
             # the MPIJob CRD of the operator's source tree.
             await install_crds(local.admin, upstream_crd_files(await asyncio.to_thread(argo_build_dir)))
@@ -107,14 +122,17 @@ async def prepare_namespace(admin: KubeClient, *, argo: bool) -> str:
     await install_rbac(admin, namespace, "adapter-rbac.yaml")
     await install_policies(admin, namespace)
     if argo:
-        await install_workflow_template(admin, namespace)
+        await install_workflow_template(admin, namespace, tolerations=[{**SYSTEM_TAINT, "operator": "Equal"}])
     return namespace
 
 
-async def install_workflow_template(admin: KubeClient, namespace: str) -> None:
-    """deploy/'s adapter WorkflowTemplate, in ``namespace``."""
+async def install_workflow_template(admin: KubeClient, namespace: str, tolerations: Sequence[Obj] = ()) -> None:
+    """deploy/'s adapter WorkflowTemplate, in ``namespace``; with ``tolerations`` for the
+    trusted Nodes' own taints, as an operator's overlay sets ``spec.tolerations``."""
     template = yaml.safe_load((REPO / "deploy" / "base" / "adapter-workflowtemplate.yaml").read_text())
     template["metadata"]["namespace"] = namespace
+    if tolerations:
+        template["spec"]["tolerations"] = list(tolerations)
     path = resource_path("argoproj.io/v1alpha1", "workflowtemplates", namespace, template["metadata"]["name"])
     await admin.apply(path, template)
 

@@ -5,7 +5,8 @@ with its ServiceAccount (tests/realnode_support.py). One cluster for the module.
 
 * a Pod check runs on both real nodes as the runner user and a failure is bound to its Node;
 * an MPIJob check over real SSH (non-root sshd on 2222, the operator's key at the runner's
-  ``~/.ssh``): ``crossNode`` (one world, launcher and workers on different nodes) and ``perNode``
+  ``~/.ssh``): ``crossNode`` (one world, the launcher on the real node not under test, a worker
+  on each participant's) and ``perNode``
   (a local world per Node), each passing, and a failing rank proven on the right Node;
 * SIGTERM mid-Pod-check and mid-MPIJob-check: evidence first, then everything removed; a
   SIGKILLed adapter's workers keep running until the exit handler's sweep removes them;
@@ -55,6 +56,8 @@ from tests.realnode_support import (
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(900)]
 
 NODES = ("node-1", "node-2")
+SPARE = "node-3"
+"""The real node no Run requests: where a crossNode launcher runs (never a participant's Node)."""
 MPIJOBS = ("kubeflow.org/v2beta1", "mpijobs")
 GATE = {"name": "kueue.x-k8s.io/admission"}
 REQUESTED = {keys.CERTIFY_LABEL: "gpu-suite", "pool": "gpu"}
@@ -193,8 +196,9 @@ async def test_crossnode_mpijob_over_ssh_passes_and_a_failing_rank_fails_its_nod
     roles = {(w["role"], w["name"]): w.get("nodeName") for w in results["workloads"] if w["kind"] == "Pod"}
     workers = {name: node for (role, name), node in roles.items() if role == "worker"}
     launchers = [node for (role, _), node in roles.items() if role == "launcher"]
-    # The launcher on participant 0's node; one worker on each real node.
-    assert launchers == [NODES[0]]
+    # The launcher on the real node that is not under test; one worker on each participant's node.
+    assert launchers == [SPARE]
+    assert SPARE not in [p["nodeName"] for p in world.run["spec"]["participants"]]
     assert sorted(workers.values()) == list(NODES)
     # Rank 0 ran on worker-0 as the runner user, started over an ssh session.
     measured = results["launcher"]["measurements"]

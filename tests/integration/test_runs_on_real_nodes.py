@@ -2,7 +2,8 @@
 every MPIJob of the suite runs here or in test_checks_on_real_nodes.py): two real nodes (kubelet,
 containerd, runc), the runner image built from this repository, the real Kubeflow MPI operator
 v0.8.0, and Argo's real workflow-controller, whose step Pods (the adapter) run on the cluster's
-simulated system node while the checks' Pods, launchers and workers run on the real nodes.
+simulated system node while the checks' Pods, launchers and workers run on the real nodes (a
+``crossNode`` launcher on ``node-3``, which no Run requests).
 One cluster for the module (tests/realnode_support.py), a namespace under Pod Security
 ``restricted`` with Signal's admission policies per test.
 
@@ -54,6 +55,8 @@ from tests.realnode_support import (
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(900)]
 
 NODES = ("node-1", "node-2")
+SPARE = "node-3"
+"""The real node no Run requests: where a crossNode launcher runs (never a participant's Node)."""
 MPIJOBS = ("kubeflow.org/v2beta1", "mpijobs")
 TERMINAL = {"Succeeded", "Failed", "Inconclusive", "Canceled"}
 SCRIPTS = {
@@ -213,6 +216,10 @@ async def test_the_full_path_with_an_mpijob_check_over_ssh_on_real_nodes(real: R
         assert results["launcher"]["measurements"] == {"world": 2, "uid": keys.RUNNER_UID}
         workers = sorted(w["nodeName"] for w in results["workloads"] if w.get("role") == "worker")
         assert workers == list(NODES)
+        # The launcher, whose report decides both participants, ran on neither: on the spare node.
+        launchers = [w["nodeName"] for w in results["workloads"] if w.get("role") == "launcher"]
+        assert launchers == [SPARE]
+        assert SPARE not in [p["nodeName"] for p in run["spec"]["participants"]]
         inventory = document["checks"][0]["evidence"]["results"]["workloads"]
         assert sorted(w["nodeName"] for w in inventory if w["kind"] == "Pod") == list(NODES)
 

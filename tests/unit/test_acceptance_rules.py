@@ -61,8 +61,13 @@ def assess(run: Obj, document: Obj | None, index: int = 0, reported: str | None 
     return assess_check(run, CheckInput(index, f"r1-c{index}-evidence", cm, reported))
 
 
+LAUNCHER_NODE = "system-0"
+"""Where a crossNode launcher runs: a Node that is none of the participants'."""
+
+
 def mpi_evidence(run: Obj, index: int = 0, verdicts: dict[int, str] | None = None) -> Obj:
-    """Valid MPIJob-backend evidence: workers (one per participant), a launcher and the MPIJob."""
+    """Valid crossNode MPIJob evidence: workers (one per participant), a launcher on a Node not
+    under test and the MPIJob."""
     doc = plain(eb.check_evidence(run, index, verdicts))
     for w in doc["results"]["workloads"]:
         w["role"] = "worker"
@@ -74,7 +79,7 @@ def mpi_evidence(run: Obj, index: int = 0, verdicts: dict[int, str] | None = Non
             "kind": "Pod",
             "name": f"r1-c{index}-launcher",
             "uid": "launcher-uid",
-            "nodeName": NODES[0],
+            "nodeName": LAUNCHER_NODE,
             "role": "launcher",
         },
         {"kind": "MPIJob", "name": f"r1-c{index}", "uid": "mpijob-uid", "role": "mpijob"},
@@ -356,6 +361,41 @@ def test_mpijob_evidence_with_worker_workloads_is_accepted() -> None:
     outcome = assess(run, document, reported=eb.digest_of(document))
     assert (outcome.verdict, outcome.problem) == (Verdict.PASS, None)
     assert outcome.participant_verdicts == {0: Verdict.PASS, 1: Verdict.PASS}
+
+
+@pytest.mark.parametrize(
+    ("launchers", "proven"),
+    [
+        pytest.param([NODES[0]], True, id="on participant 0's Node"),
+        pytest.param([NODES[1]], True, id="on participant 1's Node"),
+        pytest.param([None], True, id="on no Node"),
+        pytest.param([], True, id="no launcher"),
+        pytest.param([LAUNCHER_NODE, "system-1"], True, id="two launchers"),
+        pytest.param([NODES[0]], False, id="on a participant's Node, nothing proven: nothing to refuse"),
+    ],
+)
+def test_a_crossnode_verdict_counts_only_from_one_launcher_off_the_participants(
+    launchers: list[str | None], proven: bool
+) -> None:
+    """The controller's own check of what the adapter enforces (adapter/collect.py): one
+    participant's Node must not speak for the others."""
+    run = make_run(backend="MPIJob")
+    doc = plain(mpi_evidence(run, verdicts=None if proven else {0: "Inconclusive", 1: "Inconclusive"}))
+    kept = [w for w in doc["results"]["workloads"] if w["role"] != "launcher"]
+    doc["results"]["workloads"] = kept + [
+        {"kind": "Pod", "name": f"r1-c0-launcher-{i}", "uid": f"launcher-{i}", "nodeName": node, "role": "launcher"}
+        if node
+        else {"kind": "Pod", "name": f"r1-c0-launcher-{i}", "uid": f"launcher-{i}", "role": "launcher"}
+        for i, node in enumerate(launchers)
+    ]
+    doc["cleanup"]["deleted"] = copy.deepcopy(doc["results"]["workloads"])
+    verdict, problem, _ = validate_check(run, 0, eb.seal(doc))
+    if proven:
+        assert verdict == Verdict.INCONCLUSIVE
+        assert problem is not None
+        assert problem.startswith("IdentityCoverage: the verdicts are not from one launcher"), problem
+    else:
+        assert problem is None, problem
 
 
 def test_mpijob_fail_is_a_valid_fail() -> None:

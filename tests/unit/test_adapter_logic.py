@@ -466,7 +466,8 @@ def test_mpijob_shape() -> None:
         assert labels[workloads.KUEUE_QUEUE_LABEL] == "gpu-queue"
         pod_spec = template["spec"]
         assert pod_spec["automountServiceAccountToken"] is False
-        assert pod_spec["tolerations"][0]["value"] == RUN_UID
+        cordon = [t.get("value") for t in pod_spec["tolerations"] if t["key"] == keys.RESERVED_TAINT_KEY]
+        assert cordon == ([] if template is launcher["template"] else [RUN_UID]), "no cordon for the launcher"
         assert pod_spec["hostNetwork"] is True
         assert "nodeName" not in pod_spec
         assert pod_spec["volumes"][0]["configMap"]["items"] == [{"key": "inventory.sh", "path": "script"}]
@@ -492,8 +493,8 @@ def test_mpijob_shape() -> None:
     assert worker_container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK", "SYS_NICE"]
     assert "SIGNAL_PARTICIPANT_INDEX" not in env_of(worker_container)
     launcher_spec = launcher["template"]["spec"]
-    launcher_terms = launcher_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert launcher_terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-000"]
+    # The launcher speaks for every participant: never on a Node under test.
+    assert launcher_spec["affinity"] == workloads.off_nodes_under_test(["gpu-000", "gpu-001", "gpu-002"])
     assert "podAntiAffinity" not in launcher_spec["affinity"]
     assert launcher_spec["activeDeadlineSeconds"] == 300
     launcher_container = container_of(launcher_spec)
@@ -546,6 +547,11 @@ def test_terminal() -> None:
     assert not terminal({"metadata": {}, "status": None})
 
 
+NESTED = "[" * 2000
+"""A termination message Python's json cannot parse (RecursionError), 2000 bytes: well inside
+the kubelet's 4 KiB, and a hostile script can pre-write it to /dev/termination-log."""
+
+
 def test_pod_result_parses_the_runner_message() -> None:
     result = make_result()
     parsed, why = pod_result(make_pod("p", "u", "n", message=message_of(result)))
@@ -570,6 +576,7 @@ def test_pod_result_parses_the_runner_message() -> None:
         (make_pod("p", "u", "n", message='{"schema":"other"}'), "MalformedResult: unsupported result schema"),
         (make_pod("p", "u", "n", message=message_of(make_result())[:-1]), "MalformedResult"),
         (make_pod("p", "u", "n", message=message_of(make_result()) + "x" * 4096), "MalformedResult"),
+        (make_pod("p", "u", "n", message=NESTED), "MalformedResult: not a single JSON document: nested too deeply"),
     ],
     ids=[
         "pending",
@@ -584,6 +591,7 @@ def test_pod_result_parses_the_runner_message() -> None:
         "schema",
         "truncated",
         "oversized",
+        "nested-2000-deep",
     ],
 )
 def test_pod_result_refuses(pod: Obj, fragment: str) -> None:
@@ -767,6 +775,13 @@ def test_collect_pods_inconclusive(pods: list[Obj], expected: tuple[int, Verdict
     assert results[0].measurements == {}
 
 
+def test_collect_pods_a_hostile_message_spoils_only_its_own_participant() -> None:
+    results = collect_pods(PARTICIPANTS, [participant_pod(0, message=NESTED), participant_pod(1)])
+    assert verdicts(results) == [(0, INCONCLUSIVE, "MalformedResult"), (1, PASS, "Pass reason")]
+    assert "nested too deeply" in results[0].reason
+    assert results[0].workload == f"{RUN_NAME}-c0-p0"
+
+
 def test_collect_pods_keeps_the_workload_name_of_a_bad_pod() -> None:
     (result, _) = collect_pods(PARTICIPANTS, [participant_pod(0, message="oops"), participant_pod(1)])
     assert (result.workload, result.workload_uid) == (f"{RUN_NAME}-c0-p0", "pod-uid-0")
@@ -822,7 +837,8 @@ def test_pod_workloads() -> None:
 # ================================================================ collect_mpi
 
 JOB = "sig-0123456789ab-c0"
-LAUNCHER_NODE = "gpu-000"
+LAUNCHER_NODE = "system-0"
+"""A crossNode launcher's Node: none of the participants' (collect.launcher_placement)."""
 
 
 def worker(i: int, node: str | None = None, name: str | None = None) -> Obj:
@@ -953,6 +969,7 @@ def test_collect_mpi_launcher_inconclusive_makes_passing_ranks_inconclusive() ->
         ([launcher_pod(), set_phase(renamed(launcher_pod(), "second", "u2"), "Pending")], "DuplicateLauncher"),
         ([launcher_pod(message="")], "NoResult"),
         ([launcher_pod(message="garbage")], "MalformedResult"),
+        ([launcher_pod(message=NESTED)], "MalformedResult: not a single JSON document: nested too deeply"),
         ([launcher_pod(role="pod")], "ForeignResult: the launcher's result is not a launcher report"),
         ([launcher_pod(with_report=False)], "ForeignResult: the launcher's result is not a launcher report"),
         ([launcher_pod(result_uid="other-uid")], "ForeignResult: the launcher's result names another Pod or Node"),
@@ -965,6 +982,7 @@ def test_collect_mpi_launcher_inconclusive_makes_passing_ranks_inconclusive() ->
         "two-one-pending",
         "no-message",
         "malformed",
+        "nested-2000-deep",
         "role-pod",
         "no-report",
         "other-uid",

@@ -10,6 +10,7 @@ import pytest
 
 from adapter import workloads
 from adapter.collect import collect_mpi, with_launcher_output
+from adapter.workflow_template import build_workflow_template
 from shared import keys
 from shared.result import LauncherReport, RankResult
 from shared.run import Verdict
@@ -45,7 +46,12 @@ def test_backend_pods_tolerate_the_cordon_and_exactly_the_profiles_taints() -> N
     cordon = {"key": keys.RESERVED_TAINT_KEY, "operator": "Equal", "value": RUN_UID, "effect": "NoSchedule"}
     pod = workloads.backend_pod(inputs, 0, "gpu-000", "img")
     assert pod["spec"]["tolerations"] == [cordon, GPU_TAINT, equal]
-    for spec in pod_templates(workloads.mpijob(mpi(2, workload={"tolerations": [GPU_TAINT]}), "img")):
+    launcher, worker = pod_templates(workloads.mpijob(mpi(2, workload={"tolerations": [GPU_TAINT]}), "img"))
+    assert worker["tolerations"] == [cordon, GPU_TAINT]
+    assert launcher["tolerations"] == [GPU_TAINT], "a crossNode launcher never goes to a cordoned Node"
+    for spec in pod_templates(
+        workloads.mpijob(mpi(2, workload={"tolerations": [GPU_TAINT]}), "img", participant_index=0)
+    ):
         assert spec["tolerations"] == [cordon, GPU_TAINT]
     assert workloads.backend_pod(make_inputs(1), 0, "gpu-000", "img")["spec"]["tolerations"] == [cordon]
 
@@ -84,7 +90,7 @@ def test_crossnode_is_one_world_with_slots_per_worker_on_every_node() -> None:
     assert job["spec"]["slotsPerWorker"] == 4
     assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
     launcher, worker = pod_templates(job)
-    assert node_names(launcher) == ["gpu-000"]
+    assert launcher["affinity"] == workloads.off_nodes_under_test(["gpu-000", "gpu-001"])
     assert node_names(worker) == ["gpu-000", "gpu-001"]
 
 
@@ -105,6 +111,8 @@ def test_mpi_pods_get_the_ssh_fields_a_real_operator_needs_and_workers_a_deadlin
 
 
 JOB = "sig-0123456789ab-c0"
+TRUSTED = "system-0"
+"""A Node that is not under test (neither requested nor reserved, and no participant)."""
 
 
 def worker(name: str, node: str, uid: str) -> Obj:
@@ -143,14 +151,14 @@ def test_crossnode_ranks_are_bound_to_the_participant_whose_worker_ran_them() ->
     hosts = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
     ranks = [(0, hosts[0], 0), (1, hosts[1], 0), (2, hosts[0], 0), (3, hosts[1], 0)]
     workers = [worker(hosts[0], "gpu-000", "w0"), worker(hosts[1], "gpu-001", "w1")]
-    results, report, _ = collect_mpi(participants(2), workers, [launcher(JOB, "gpu-000", ranks, hosts, 4)], 2)
+    results, report, _ = collect_mpi(participants(2), workers, [launcher(JOB, TRUSTED, ranks, hosts, 4)], 2)
     assert report is not None
     assert [(r.index, r.verdict, r.reason) for r in results] == [
         (0, Verdict.PASS, "Succeeded: rank(s) 0, 2 exited 0"),
         (1, Verdict.PASS, "Succeeded: rank(s) 1, 3 exited 0"),
     ]
     failing = [(0, hosts[0], 0), (1, hosts[1], 0), (2, hosts[0], 0), (3, hosts[1], 9)]
-    results, _, _ = collect_mpi(participants(2), workers, [launcher(JOB, "gpu-000", failing, hosts, 4)], 2)
+    results, _, _ = collect_mpi(participants(2), workers, [launcher(JOB, TRUSTED, failing, hosts, 4)], 2)
     assert [(r.verdict, r.reason) for r in results] == [
         (Verdict.INCONCLUSIVE, f"Launcher: {Verdict.FAIL.value} reason"),
         (Verdict.FAIL, "Failed: rank 3 exited 9"),
@@ -162,7 +170,7 @@ def test_a_participant_with_fewer_ranks_than_slots_is_never_pass() -> None:
     # The launcher claims Pass, but worker 1 ran one rank of two: its participant is not proven.
     ranks = [(0, hosts[0], 0), (1, hosts[1], 0), (2, hosts[0], 0), (3, hosts[0], 0)]
     workers = [worker(hosts[0], "gpu-000", "w0"), worker(hosts[1], "gpu-001", "w1")]
-    results, _, _ = collect_mpi(participants(2), workers, [launcher(JOB, "gpu-000", ranks, hosts, 4)], 2)
+    results, _, _ = collect_mpi(participants(2), workers, [launcher(JOB, TRUSTED, ranks, hosts, 4)], 2)
     assert results[1].verdict == Verdict.INCONCLUSIVE
     assert results[1].reason == "MissingRank: 1 of 2 ranks reported from it"
 
@@ -177,10 +185,80 @@ def test_pernode_each_participant_gets_its_verdict_from_its_own_launcher(failing
         code = 5 if p.index == failing else 0
         ranks = [(r, host, code if r == 1 else 0) for r in range(4)]
         own, report, _ = collect_mpi(
-            (p,), [worker(host, p.node_name, f"w{p.index}")], [launcher(job, p.node_name, ranks, [host], 4)], 4
+            (p,),
+            [worker(host, p.node_name, f"w{p.index}")],
+            [launcher(job, p.node_name, ranks, [host], 4)],
+            4,
+            scope="perNode",
         )
         results += [with_launcher_output(r, report) for r in own]
     expected = [Verdict.PASS, Verdict.FAIL if failing == 1 else Verdict.PASS]
     assert [r.verdict for r in results] == expected, "one Node's failure proves nothing about another's"
     assert [r.workload for r in results] == [f"{JOB}-p0-worker-0", f"{JOB}-p1-worker-0"]
     assert results[0].measurements == {"busbw": 123.0}, "its own local world's rank 0 measurements"
+
+
+# ---------------------------------------------- a crossNode launcher speaks for no Node under test
+
+
+def test_a_crossnode_launcher_is_required_off_every_node_under_test() -> None:
+    inputs = mpi(3, gpuCount=4, mpi={"scope": "crossNode"})
+    (job,) = workloads.mpijobs(inputs, "img")
+    launcher, worker = pod_templates(job)
+    (term,) = launcher["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    # Neither requested nor reserved (the adapter's step Pods' own requirement, named once) ...
+    assert term["matchExpressions"] == [
+        {"key": keys.CERTIFY_LABEL, "operator": "DoesNotExist"},
+        {"key": keys.RESERVED_BY_LABEL, "operator": "DoesNotExist"},
+    ]
+    steps = build_workflow_template()["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert steps["nodeSelectorTerms"] == [{"matchExpressions": term["matchExpressions"]}]
+    # ... and, ANDed in the same term, none of the participants by name (a kubelet can drop its
+    # own Node's labels, never rename it).
+    assert term["matchFields"] == [
+        {"key": "metadata.name", "operator": "NotIn", "values": [f"gpu-{i:03d}"]} for i in range(3)
+    ]
+    # It tolerates no Signal taint (its Run's cordon included) and asks for nothing.
+    assert keys.RESERVED_TAINT_KEY not in [t["key"] for t in launcher.get("tolerations", [])]
+    assert "resources" not in launcher["containers"][0]
+    # The workers still run one per participant, on the participants.
+    assert node_names(worker) == ["gpu-000", "gpu-001", "gpu-002"]
+
+
+@pytest.mark.parametrize("node", ["gpu-000", "gpu-001", ""], ids=["participant-0", "participant-1", "unscheduled"])
+def test_a_crossnode_launcher_on_a_participants_node_certifies_no_one(node: str) -> None:
+    """Participant 0's Node (its root rewrites the termination log, its kubelet the launcher
+    Pod's status) claims a Pass for every rank: nobody passes, not even itself."""
+    hosts = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
+    workers = [worker(hosts[0], "gpu-000", "w0"), worker(hosts[1], "gpu-001", "w1")]
+    forged = launcher(JOB, node, [(0, hosts[0], 0), (1, hosts[1], 0)], hosts, 2)
+    results, report, why = collect_mpi(participants(2), workers, [forged])
+    assert report is None
+    assert why.startswith("UntrustedLauncher: ")
+    assert [(r.verdict, r.reason) for r in results] == [(Verdict.INCONCLUSIVE, why)] * 2
+    # The same report from a launcher on a Node that is not under test counts.
+    trusted = launcher(JOB, TRUSTED, [(0, hosts[0], 0), (1, hosts[1], 0)], hosts, 2)
+    results, report, why = collect_mpi(participants(2), workers, [trusted])
+    assert report is not None
+    assert why == ""
+    assert [r.verdict for r in results] == [Verdict.PASS, Verdict.PASS]
+
+
+def test_a_pernode_launcher_counts_only_on_its_own_participants_node() -> None:
+    (p0, p1) = participants(2)
+    job = f"{JOB}-p1"
+    host = f"{job}-worker-0"
+    ranks = [(0, host, 0)]
+    elsewhere = launcher(job, p0.node_name, ranks, [host], 1)
+    results, report, why = collect_mpi((p1,), [worker(host, p1.node_name, "w1")], [elsewhere], scope="perNode")
+    assert report is None
+    assert why.startswith("UntrustedLauncher: ")
+    assert results[0].verdict == Verdict.INCONCLUSIVE
+    own = launcher(job, p1.node_name, ranks, [host], 1)
+    results, report, _ = collect_mpi((p1,), [worker(host, p1.node_name, "w1")], [own], scope="perNode")
+    assert report is not None
+    assert results[0].verdict == Verdict.PASS

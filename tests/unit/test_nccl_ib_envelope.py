@@ -36,6 +36,8 @@ from tests.unit.test_nccl_ib_example import DATA, nccl
 
 Obj = dict[str, Any]
 JOB = "sig-4f1c2a9b7d3e-c0"
+LAUNCHER_NODE = "system-0"
+"""The crossNode launcher runs on a Node that is not under test (adapter.workloads)."""
 WINDOW = timedelta(days=7)
 SETTINGS = nccl.Settings(threshold_gbps=40.0)
 
@@ -98,7 +100,7 @@ def mpi_evidence(
         start = (finished - timedelta(minutes=4)).timestamp()
         result = build_result(
             Identity(
-                node_name=participants[0].node_name,
+                node_name=LAUNCHER_NODE,
                 pod_name=f"{JOB}-launcher-x7k2p",
                 pod_uid="launcher-uid",
                 role="launcher",
@@ -114,7 +116,7 @@ def mpi_evidence(
     assert message is not None
     launcher_pod = {
         "metadata": {"name": f"{JOB}-launcher-x7k2p", "uid": "launcher-uid"},
-        "spec": {"nodeName": participants[0].node_name},
+        "spec": {"nodeName": LAUNCHER_NODE},
         "status": {
             "phase": "Succeeded" if verdict == Verdict.PASS else "Failed",
             "containerStatuses": [
@@ -140,7 +142,7 @@ def mpi_evidence(
             kind="Pod",
             name=f"{JOB}-launcher-x7k2p",
             uid="launcher-uid",
-            node_name=participants[0].node_name,
+            node_name=LAUNCHER_NODE,
             role="launcher",
         ),
         *(
