@@ -89,22 +89,35 @@ async def sweep(args: argparse.Namespace, settings: Settings) -> int:
     except (ValueError, TypeError) as exc:
         raise Refusal(f"Run {args.run_namespace}/{args.run_name}: --sweep-checks-json is malformed: {exc}") from exc
     kube = await Kube.connect(kubeconfig=args.kubeconfig, field_manager="signal-adapter")
+    failed: list[str] = []
     try:
         for index, check in enumerate(checks):
-            inputs = parse_inputs(
-                run_namespace=args.run_namespace,
-                run_name=args.run_name,
-                run_uid=args.run_uid,
-                participants_json=args.participants_json,
-                snapshot=args.snapshot,
-                check_index=str(index),
-                check_json=json.dumps(check),
-            )
-            report = await clean_up(kube, inputs, settings)
+            # Each check apart: the one whose clean-up fails must not keep the others' leftover
+            # workloads (the interrupted check's, usually a later one) running.
+            try:
+                inputs = parse_inputs(
+                    run_namespace=args.run_namespace,
+                    run_name=args.run_name,
+                    run_uid=args.run_uid,
+                    participants_json=args.participants_json,
+                    snapshot=args.snapshot,
+                    check_index=str(index),
+                    check_json=json.dumps(check),
+                )
+                report = await clean_up(kube, inputs, settings)
+            except (Refusal, ApiError) as exc:
+                log.error("sweep of one check failed; the others go on", index=index, error=str(exc)[:500])
+                failed.append(f"check {index}: {exc}"[:300])
+                continue
             if report.config_map:
                 log.info("leftover workloads removed", check=inputs.check.name, evidence=report.config_map)
     finally:
         await kube.close()
+    if failed:
+        raise Refusal(
+            f"Run {args.run_namespace}/{args.run_name}: the sweep could not clean up {len(failed)} check(s) "
+            f"({'; '.join(failed)}); the controller resubmits the Workflow to try again"
+        )
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import select
+import stat
 import time
 
 from runner.document import Stream
@@ -230,17 +231,54 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
+MAX_STREAM_BYTES = 256 * 1024 * 1024
+"""The largest captured stream summarised (hashed whole): a script may inflate its own output
+files (a sparse file of terabytes costs no disk), and the result must be written in seconds."""
+
+
+class StreamError(Exception):
+    """A captured stream the runner will not summarise (the script replaced or inflated it)."""
+
+
+def open_regular(path: StrPath, what: str) -> int | None:
+    """A descriptor of ``path`` if it is a regular file, None if there is none. The script owns
+    its workdir and may have put anything there after it exited: a symlink is not followed, a
+    FIFO or a device is not waited on (raise StreamError)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StreamError(f"cannot open the script's {what}: {exc.strerror} (a symlink is not followed)") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StreamError(f"the script's {what} is not a regular file (the script replaced it)")
+    return fd
+
+
 def summarise(path: StrPath, tail_chars: int = MAX_TAIL_CHARS) -> Stream:
-    """Full sha256 and size of a captured stream, and its last ``tail_chars`` characters."""
+    """Full sha256 and size of a captured stream, and its last ``tail_chars`` characters;
+    StreamError if it is not a regular file or larger than MAX_STREAM_BYTES."""
     digest = sha256()
     size = 0
     tail = b""
     keep = tail_chars * 4
-    if os.path.exists(path):
-        with open(path, "rb") as handle:
+    fd = open_regular(path, os.path.basename(path))
+    if fd is not None:
+        with open(fd, "rb") as handle:
+            length = os.fstat(fd).st_size
+            if length > MAX_STREAM_BYTES:
+                raise StreamError(
+                    f"the script's {os.path.basename(path)} is {length} bytes, more than the "
+                    f"{MAX_STREAM_BYTES} summarised; write less, or to a file of your own"
+                )
             for block in iter(lambda: handle.read(1 << 16), b""):
                 digest.update(block)
                 size += len(block)
                 tail = (tail + block)[-keep:]
+                if size > MAX_STREAM_BYTES:  # grown since: a process the script left behind
+                    raise StreamError(
+                        f"the script's {os.path.basename(path)} kept growing past {MAX_STREAM_BYTES} bytes"
+                    )
     text = tail.decode("utf-8", errors="replace")[-tail_chars:] if tail_chars else ""
     return Stream(digest="sha256:" + digest.hexdigest(), bytes=size, tail=text)

@@ -112,7 +112,10 @@ def cmd_run(args: SimpleNamespace) -> int:
         outcome = run_script(argv, env, workdir, stdout, stderr, float(args.deadline_seconds))
     except ScriptError as exc:
         return _write(error_result(identity, str(exc), started, time.time()), args.termination_log)
-    result = build_result(identity, outcome, measurements_file=measurements, stdout_file=stdout, stderr_file=stderr)
+    try:
+        result = build_result(identity, outcome, measurements_file=measurements, stdout_file=stdout, stderr_file=stderr)
+    except Exception as exc:  # a result is written whatever happened (it also replaces the script's own)
+        result = error_result(identity, f"cannot build the result: {type(exc).__name__}: {exc}", started, time.time())
     return _write(result, args.termination_log)
 
 
@@ -173,15 +176,18 @@ def cmd_launcher(args: SimpleNamespace) -> int:
     (workdir / "measurements.json").unlink(missing_ok=True)
     if rank_zero is not None:
         (workdir / "measurements.json").write_text(rank_zero)
-    result = build_result(
-        identity,
-        outcome,
-        measurements_file=workdir / "measurements.json",
-        stdout_file=workdir / "stdout",
-        stderr_file=workdir / "stderr",
-        launcher=report,
-        verdict=(verdict, reason),
-    )
+    try:
+        result = build_result(
+            identity,
+            outcome,
+            measurements_file=workdir / "measurements.json",
+            stdout_file=workdir / "stdout",
+            stderr_file=workdir / "stderr",
+            launcher=report,
+            verdict=(verdict, reason),
+        )
+    except Exception as exc:  # a result is written whatever happened
+        result = error_result(identity, f"cannot build the result: {type(exc).__name__}: {exc}", started, time.time())
     return _write(result, args.termination_log)
 
 

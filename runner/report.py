@@ -9,10 +9,8 @@ message's 4 KiB; if even the bare result does not fit, the runner writes nothing
 adapter sees no result (Inconclusive).
 """
 
-import os
-
 from runner.document import Identity, Launcher, Result, Stream, render
-from runner.execute import Outcome, StrPath, summarise
+from runner.execute import Outcome, StreamError, StrPath, open_regular, summarise
 from shared.result_wire import (
     INCONCLUSIVE_EXIT_CODE,
     MAX_REASON_CHARS,
@@ -31,11 +29,14 @@ MEASUREMENTS_FILE_LIMIT = 16 * 1024
 
 def read_measurements(path: StrPath) -> MeasurementMap:
     """The script's measurements (empty when it wrote none); raise ResultError if invalid."""
-    if not os.path.exists(path):
-        return {}
     try:
-        with open(path, "rb") as handle:
+        fd = open_regular(path, "measurements file")
+        if fd is None:
+            return {}
+        with open(fd, "rb") as handle:
             payload = handle.read(MEASUREMENTS_FILE_LIMIT + 1)
+    except StreamError as exc:
+        raise ResultError(str(exc)) from exc
     except OSError as exc:
         raise ResultError(f"cannot read the measurements file: {exc.strerror}") from exc
     return validate_measurements(strict_json(payload, MEASUREMENTS_FILE_LIMIT))
@@ -77,6 +78,14 @@ def build_result(
     except ResultError as exc:
         measurements = {}
         chosen, reason = INCONCLUSIVE, f"InvalidMeasurements: {exc}"[:MAX_REASON_CHARS]
+    streams: tuple[Stream | None, Stream | None] = (None, None)
+    try:
+        streams = (summarise(stdout_file), summarise(stderr_file))
+    except (StreamError, OSError) as exc:
+        # What the script did to its own output files after it exited: the exit status alone
+        # proves nothing then (it may have hidden a failure's output), so Inconclusive.
+        what = str(exc) if isinstance(exc, StreamError) else f"cannot read the script's output: {exc.strerror}"
+        measurements, chosen, reason = {}, INCONCLUSIVE, f"UnreadableOutput: {what}"
     return Result(
         verdict=chosen,
         reason=reason[:MAX_REASON_CHARS],
@@ -84,8 +93,8 @@ def build_result(
         exit_code=outcome.exit_code,
         signal=outcome.signal,
         measurements=measurements,
-        stdout=summarise(stdout_file),
-        stderr=summarise(stderr_file),
+        stdout=streams[0],
+        stderr=streams[1],
         started_at=_stamp(outcome.started),
         finished_at=_stamp(outcome.finished),
         launcher=launcher,

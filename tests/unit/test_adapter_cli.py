@@ -13,9 +13,12 @@ from typing import Any
 import pytest
 
 from adapter import main as adapter_main
-from adapter.inputs import parse_inputs
+from adapter.check import Report, Settings
+from adapter.inputs import Refusal, parse_inputs
 from adapter.workflow_template import OUTPUT_DEFAULTS, OUTPUT_DIR, build_workflow_template
+from kubeio.errors import TransportError
 from shared import keys
+from shared.verdict import Verdict
 from tests.unit.signal_builders import NAMESPACE, RUN_NAME, RUN_UID, SNAPSHOT, check_doc, make_inputs, participant_docs
 
 PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
@@ -199,3 +202,36 @@ def test_the_adapter_process_does_not_import_hera() -> None:
     probe = "import sys, adapter.main; print(sorted({m.split('.')[0] for m in sys.modules} & {'hera'}))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+class _ClosingKube:
+    async def close(self) -> None:
+        return None
+
+
+async def test_the_sweep_cleans_every_check_whatever_one_of_them_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exit handler sweeps each check apart: the first check's clean-up failing (the API
+    gone after the client's retries, or evidence it will not adopt) still leaves the second's,
+    usually the interrupted check with the leftovers, swept; the step then fails naming check 0.
+    The clean-up itself is scripted here: what is under test is the loop over the checks."""
+    swept: list[int] = []
+
+    async def connect(**_: Any) -> _ClosingKube:
+        return _ClosingKube()
+
+    async def clean_up(kube: Any, inputs: Any, settings: Any) -> Report:
+        swept.append(inputs.check_index)
+        if inputs.check_index == 0:
+            raise TransportError("connection reset", "GET", "/api/v1/pods")
+        return Report(Verdict.INCONCLUSIVE, "", "", proceed=False)
+
+    monkeypatch.setattr(adapter_main.Kube, "connect", staticmethod(connect))
+    monkeypatch.setattr(adapter_main, "clean_up", clean_up)
+    checks = [check_doc(), {**check_doc(), "name": "second"}]
+    argv = ["--run-namespace", NAMESPACE, "--run-name", RUN_NAME, "--run-uid", RUN_UID]
+    argv += ["--participants-json", json.dumps(participant_docs(2)), "--snapshot", SNAPSHOT]
+    argv += ["--sweep-checks-json", json.dumps(checks)]
+    args = adapter_main.parser().parse_args(argv)
+    with pytest.raises(Refusal, match=r"could not clean up 1 check\(s\) \(check 0: "):
+        await adapter_main.sweep(args, Settings(runner_image=args.runner_image))
+    assert swept == [0, 1]

@@ -434,6 +434,56 @@ def test_run_role_writes_result(
 
 
 @pytest.mark.usefixtures("runner_env")
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    ("tamper", "reason"),
+    [
+        pytest.param(
+            "rm -f stdout; mkfifo stdout", "UnreadableOutput: the script's stdout is not a regular", id="stdout-fifo"
+        ),
+        pytest.param(
+            "rm -f stderr; ln -s /dev/zero stderr",
+            "UnreadableOutput: cannot open the script's stderr",
+            id="stderr-to-dev-zero",
+        ),
+        pytest.param(
+            "rm -f stdout; mkdir stdout",
+            "UnreadableOutput: the script's stdout is not a regular",
+            id="stdout-a-directory",
+        ),
+        pytest.param(
+            "truncate -s 4G stdout", "UnreadableOutput: the script's stdout is 4294967296 bytes", id="stdout-sparse-4g"
+        ),
+        pytest.param(
+            'rm -f "$SIGNAL_MEASUREMENTS_FILE"; mkfifo "$SIGNAL_MEASUREMENTS_FILE"',
+            "InvalidMeasurements: the script's measurements file is not",
+            id="measurements-fifo",
+        ),
+        pytest.param(
+            'rm -f "$SIGNAL_MEASUREMENTS_FILE"; ln -s /etc/hostname "$SIGNAL_MEASUREMENTS_FILE"',
+            "InvalidMeasurements: cannot open the script's measurements",
+            id="measurements-symlink",
+        ),
+    ],
+)
+def test_a_script_that_tampers_with_its_output_files_gets_a_result_at_once(
+    tmp_path: Path, tamper: str, reason: str
+) -> None:
+    """The script owns its workdir: after it exits, the runner reads what is at those paths.
+    Whatever the script put there (a FIFO, a symlink to an endless device or another file, a
+    directory, a sparse file of gigabytes) the runner writes its result at once, Inconclusive
+    with the reason: never a hang until the Pod's deadline, never a crash without a result."""
+    code, log = run_role(
+        tmp_path, f'#!/bin/sh\necho "{{\\"bw\\": 1}}" > "$SIGNAL_MEASUREMENTS_FILE"\n{tamper}\nexit 0\n', "20"
+    )
+    assert code == 1
+    result = parse_result(log.read_bytes())
+    assert result.verdict == Verdict.INCONCLUSIVE
+    assert result.reason.startswith(reason), result.reason
+    assert result.exit_code == 0
+
+
+@pytest.mark.usefixtures("runner_env")
 def test_run_role_script_environment_and_measurements(tmp_path: Path) -> None:
     body = (
         "#!/bin/sh\n"
