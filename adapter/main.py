@@ -27,7 +27,7 @@ from pathlib import Path
 import structlog
 
 from adapter.check import Interrupted, Settings, clean_up, run_check
-from adapter.inputs import Refusal, parse_inputs
+from adapter.inputs import Inputs, Refusal, parse_inputs
 from adapter.policy import require_policies
 from adapter.step import OUTPUT_DIR, RUNNER_IMAGE_ENV
 from adapter.workloads import DEFAULT_RUNNER_IMAGE, DEFAULT_SSHD
@@ -80,6 +80,19 @@ def write_outputs(directory: Path, values: dict[str, str]) -> None:
         (directory / name).write_text(value)
 
 
+def _inputs(args: argparse.Namespace, check_index: str, check_json: str) -> Inputs:
+    """The Run's arguments and one check's, parsed and checked (Refusal if not acceptable)."""
+    return parse_inputs(
+        run_namespace=args.run_namespace,
+        run_name=args.run_name,
+        run_uid=args.run_uid,
+        participants_json=args.participants_json,
+        snapshot=args.snapshot,
+        check_index=check_index,
+        check_json=check_json,
+    )
+
+
 async def sweep(args: argparse.Namespace, settings: Settings) -> int:
     """The exit handler: every check's leftover workloads removed, evidence first."""
     try:
@@ -95,15 +108,7 @@ async def sweep(args: argparse.Namespace, settings: Settings) -> int:
             # Each check apart: the one whose clean-up fails must not keep the others' leftover
             # workloads (the interrupted check's, usually a later one) running.
             try:
-                inputs = parse_inputs(
-                    run_namespace=args.run_namespace,
-                    run_name=args.run_name,
-                    run_uid=args.run_uid,
-                    participants_json=args.participants_json,
-                    snapshot=args.snapshot,
-                    check_index=str(index),
-                    check_json=json.dumps(check),
-                )
+                inputs = _inputs(args, str(index), json.dumps(check))
                 report = await clean_up(kube, inputs, settings)
             except (Refusal, ApiError) as exc:
                 log.error("sweep of one check failed; the others go on", index=index, error=str(exc)[:500])
@@ -132,15 +137,7 @@ async def adapt(args: argparse.Namespace) -> int:
         return await sweep(args, settings)
     if args.check_index is None or args.check_json is None:
         raise Refusal("--check-index and --check-json are required (or --sweep-checks-json for the exit handler)")
-    inputs = parse_inputs(
-        run_namespace=args.run_namespace,
-        run_name=args.run_name,
-        run_uid=args.run_uid,
-        participants_json=args.participants_json,
-        snapshot=args.snapshot,
-        check_index=args.check_index,
-        check_json=args.check_json,
-    )
+    inputs = _inputs(args, args.check_index, args.check_json)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for number in (signal.SIGTERM, signal.SIGINT):

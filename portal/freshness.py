@@ -1,5 +1,5 @@
-"""How long a result stays fresh, and what a result is when that cannot be known. Pure; no
-I/O, ``now`` is an argument. Used by portal/sources.py for every result it serves.
+"""What a result is when its freshness cannot be known. Pure; no I/O, ``now`` is an argument.
+Used by portal/sources.py for every result it serves.
 
 A result's freshness window is its profile's ``freshness``, else its ``recurrence.interval``,
 else shared/profile.py's DEFAULT_FRESHNESS (SPEC §3 and §6), read from the profile as it is
@@ -12,32 +12,15 @@ whose state depends on the window (Passed, Failed, or Stale by age) is Unknown
 (Running, Unknown, Stale without a finish time) keeps its state.
 """
 
-import contextlib
 from datetime import datetime, timedelta
 from typing import Final
 
 from shared.classify import classified
-from shared.durations import DurationError, parse_duration
 from shared.envelope import State, ValidationResult
-from shared.profile import DEFAULT_FRESHNESS
 
 PROFILE_MISSING: Final = "ProfileMissing"
 _NEVER_OLD: Final = timedelta.max
 """A window no result outlives: classification by everything except age."""
-
-
-def freshness_window(spec: dict[str, object]) -> timedelta:
-    """The profile's ``freshness``, else its ``recurrence.interval``, else DEFAULT_FRESHNESS
-    (an unreadable duration counts as absent: the API server's schema rejects those)."""
-    recurrence = spec.get("recurrence")
-    interval = recurrence.get("interval") if isinstance(recurrence, dict) else None
-    for value in (spec.get("freshness"), interval):
-        if isinstance(value, str):
-            with contextlib.suppress(DurationError):
-                window = parse_duration(value)
-                if window > timedelta():
-                    return window
-    return parse_duration(DEFAULT_FRESHNESS)
 
 
 def judged(

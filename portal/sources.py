@@ -33,10 +33,11 @@ from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import ApiError, Forbidden, NotFound
 from kubeio.informer import Informer
 from portal import metrics
-from portal.freshness import freshness_window, judged
+from portal.freshness import judged
 from portal.health import NodeHealth, node_health
 from portal.index import Entry, Index, RegisteredCheck, entry_of
 from shared import keys
+from shared.classify import freshness_window
 from shared.envelope import RunEvidence, State, ValidationResult, Verification, derive, read_run_evidence
 
 log = structlog.get_logger("portal")

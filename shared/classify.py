@@ -19,11 +19,14 @@ In this order, first match wins:
 Missing, malformed, incomplete, unauthorized or unsupported results are never Passed.
 """
 
+import contextlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, assert_never
 
+from shared.durations import DurationError, parse_duration
 from shared.envelope import CleanupState, State, ValidationResult, Verification, parse_envelope
+from shared.profile import DEFAULT_FRESHNESS
 from shared.run import TERMINAL_PHASES, Phase, Verdict
 
 
@@ -108,3 +111,17 @@ def _span(delta: timedelta) -> str:
     if seconds >= 3600:
         return f"{seconds // 3600}h{(seconds % 3600) // 60}m"
     return f"{seconds}s"
+
+
+def freshness_window(spec: dict[str, object]) -> timedelta:
+    """The profile's ``freshness``, else its ``recurrence.interval``, else DEFAULT_FRESHNESS
+    (an unreadable duration counts as absent: the API server's schema rejects those)."""
+    recurrence = spec.get("recurrence")
+    interval = recurrence.get("interval") if isinstance(recurrence, dict) else None
+    for value in (spec.get("freshness"), interval):
+        if isinstance(value, str):
+            with contextlib.suppress(DurationError):
+                window = parse_duration(value)
+                if window > timedelta():
+                    return window
+    return parse_duration(DEFAULT_FRESHNESS)

@@ -8,16 +8,14 @@ Run's evidence, where it still exists, re-verifies and has the recorded digest; 
 is younger than the profile's freshness window (``freshness``, else ``recurrence.interval``,
 else 168h). A Run removed by retention leaves the projection standing but unverifiable here."""
 
-import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from shared import keys
-from shared.durations import DurationError, parse_duration
-from shared.profile import DEFAULT_FRESHNESS
+from shared.classify import freshness_window
 from signalctl.tables import age, render
 
 Obj = dict[str, Any]
@@ -39,17 +37,6 @@ class Behind:
     verify_problems: list[str] = field(default_factory=list)
     """`signalctl evidence verify`'s non-OK findings for that Run."""
     evidence_note: str = ""
-
-
-def freshness_window(spec: Obj) -> timedelta:
-    """The profile's ``freshness``, else ``recurrence.interval``, else DEFAULT_FRESHNESS."""
-    for value in (spec.get("freshness"), (spec.get("recurrence") or {}).get("interval")):
-        if isinstance(value, str):
-            with contextlib.suppress(DurationError):
-                window = parse_duration(value)
-                if window > timedelta():
-                    return window
-    return parse_duration(DEFAULT_FRESHNESS)
 
 
 def projected_profiles(node: Obj) -> list[str]:

@@ -14,6 +14,22 @@ from tests.controller_support import ControllerProcess, World, eventually, profi
 from tests.run_builders import finished_run
 
 
+async def reserve_for_a_gone_run(admin: KubeClient, name: str, owner_namespace: str) -> None:
+    """Node ``name`` reserved (label, annotation, taint) for Run ``gone`` of ``owner_namespace``,
+    which does not exist."""
+    detail = {"run": "gone", "namespace": owner_namespace, "uid": "uid-gone", "index": 0, "request": "some-profile"}
+    await admin.merge_patch(
+        resource_path("v1", "nodes", name=name),
+        {
+            "metadata": {
+                "labels": {keys.RESERVED_BY_LABEL: "uid-gone"},
+                "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(detail)},
+            },
+            "spec": {"taints": [{"key": "projectsignal.dev/reserved", "value": "uid-gone", "effect": "NoSchedule"}]},
+        },
+    )
+
+
 async def test_orphans_are_cleaned_up_at_start(
     cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
 ) -> None:
@@ -22,19 +38,7 @@ async def test_orphans_are_cleaned_up_at_start(
     ours, foreign = world.node_names(2)
     await world.add_nodes([ours, foreign], requested_for=None)
     for name, owner_ns in ((ours, namespace), (foreign, "another-installation")):
-        detail = {"run": "gone", "namespace": owner_ns, "uid": "uid-gone", "index": 0, "request": "some-profile"}
-        await admin.merge_patch(
-            resource_path("v1", "nodes", name=name),
-            {
-                "metadata": {
-                    "labels": {keys.RESERVED_BY_LABEL: "uid-gone"},
-                    "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(detail)},
-                },
-                "spec": {
-                    "taints": [{"key": "projectsignal.dev/reserved", "value": "uid-gone", "effect": "NoSchedule"}]
-                },
-            },
-        )
+        await reserve_for_a_gone_run(admin, name, owner_ns)
     workflows = resource_path("argoproj.io/v1alpha1", "workflows", namespace)
     await admin.create(
         workflows,
@@ -182,19 +186,7 @@ async def test_a_node_whose_release_is_refused_holds_up_nothing_else(
     frozen, orphan, *fresh = world.node_names(4, "held")
     await world.add_nodes([frozen, orphan, *fresh], requested_for=None)
     for name in (frozen, orphan):
-        detail = {"run": "gone", "namespace": namespace, "uid": "uid-gone", "index": 0, "request": "some-profile"}
-        await admin.merge_patch(
-            resource_path("v1", "nodes", name=name),
-            {
-                "metadata": {
-                    "labels": {keys.RESERVED_BY_LABEL: "uid-gone"},
-                    "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(detail)},
-                },
-                "spec": {
-                    "taints": [{"key": "projectsignal.dev/reserved", "value": "uid-gone", "effect": "NoSchedule"}]
-                },
-            },
-        )
+        await reserve_for_a_gone_run(admin, name, namespace)
     made = await refuse_updates_of(admin, frozen)
     profile = f"{namespace}-after"
     await world.add_profile(profile_body(profile, namespace, 2))

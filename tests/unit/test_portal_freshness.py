@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from portal.freshness import PROFILE_MISSING, freshness_window, judged
+from portal.freshness import PROFILE_MISSING, judged
+from shared.classify import freshness_window
 from shared.envelope import State, ValidationResult, derive, read_run_evidence
 from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run
 
