@@ -84,8 +84,8 @@ from hera.workflows.models import (
     ValueFrom,
 )
 
+from adapter.placement import NOT_UNDER_TEST
 from adapter.step import OUTPUT_DEFAULTS, OUTPUT_DIR, RUNNER_IMAGE_ENV
-from adapter.workloads import NOT_UNDER_TEST
 from shared import keys
 
 DEFAULT_IMAGE: Final = "projectsignal.dev/adapter:0.1.0"
@@ -164,7 +164,7 @@ class StepPlacement:
 
 def _step_affinity() -> Affinity:
     """Only Nodes that are neither requested for certification nor reserved by a Run
-    (``workloads.NOT_UNDER_TEST``, which a ``crossNode`` MPI launcher shares)."""
+    (``placement.NOT_UNDER_TEST``, which a ``crossNode`` MPI launcher shares)."""
     away = [NodeSelectorRequirement(key=key, operator=operator) for key, operator in NOT_UNDER_TEST]
     required = NodeSelector(node_selector_terms=[NodeSelectorTerm(match_expressions=away)])
     return Affinity(node_affinity=NodeAffinity(required_during_scheduling_ignored_during_execution=required))

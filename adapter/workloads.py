@@ -30,6 +30,7 @@ import hashlib
 from typing import Any, Final
 
 from adapter.inputs import Inputs
+from adapter.placement import node_affinity, off_nodes_under_test
 from shared import keys
 from shared.durations import parse_duration
 from shared.profile import Check
@@ -48,7 +49,6 @@ MPI_ROLE_LABEL: Final = "training.kubeflow.org/job-role"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 DEFAULT_RUNNER_IMAGE: Final = keys.DEFAULT_RUNNER_IMAGE
 DEFAULT_SSHD: Final = "/usr/sbin/sshd"
-NODE_NAME_FIELD: Final = "metadata.name"
 WORKER_GRACE_SECONDS: Final = 120
 """How long an MPI worker may outlive the check's deadline (its launcher may start late)."""
 
@@ -165,29 +165,6 @@ def tolerations(inputs: Inputs) -> list[dict[str, Any]]:
             entry["value"] = toleration.value
         own.append(entry)
     return own
-
-
-NOT_UNDER_TEST: Final = ((keys.CERTIFY_LABEL, "DoesNotExist"), (keys.RESERVED_BY_LABEL, "DoesNotExist"))
-"""(label key, operator) requirements, ANDed, of a Node that is neither requested for
-certification nor reserved by a Run: the only Nodes where the adapter's step Pods
-(``adapter.workflow_template``) and a ``crossNode`` MPI launcher may run."""
-
-
-def off_nodes_under_test(participants: list[str]) -> dict[str, Any]:
-    """Required node affinity, one term: ``NOT_UNDER_TEST`` and none of ``participants`` by
-    name (a kubelet can remove its own Node's labels but never change its name; one value per
-    field selector, the requirements of a term are ANDed)."""
-    expressions = [{"key": key, "operator": operator} for key, operator in NOT_UNDER_TEST]
-    fields = [{"key": NODE_NAME_FIELD, "operator": "NotIn", "values": [node]} for node in participants]
-    term = {"matchExpressions": expressions, "matchFields": fields}
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
-
-
-def node_affinity(nodes: list[str]) -> dict[str, Any]:
-    """Required node affinity on the Nodes' names (kubelets cannot change a Node's name): one
-    term per Node (the terms are ORed; the API server allows one value per field selector)."""
-    terms = [{"matchFields": [{"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}]} for node in nodes]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
 def _pod_spec(inputs: Inputs, container: dict[str, Any], *, deadline: int | None = None) -> dict[str, Any]:

@@ -8,9 +8,10 @@ compatibility); Signal's own versioned documents use ``StrictModel``. Pure; no I
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from shared.quantity import QuantityError, parse_quantity
 from shared.timestamps import to_millisecond as to_millisecond  # noqa: PLC0414 - re-exported; stdlib-only home
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -31,6 +32,20 @@ DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_P
 DnsSubdomain = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
 Digest = Annotated[str, Field(min_length=71, max_length=71, pattern=DIGEST_PATTERN)]
 Quantity = Annotated[str, Field(max_length=64, pattern=QUANTITY_PATTERN)]
+
+
+def _readable_quantity(value: str) -> str:
+    """Within what Signal and Kubernetes read (shared/quantity.py): the pattern admits
+    "1e999999", which no Node has; refused, the object is invalid at once, naming the field."""
+    try:
+        parse_quantity(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+ReadableQuantity = Annotated[Quantity, AfterValidator(_readable_quantity)]
+"""A quantity Signal compares (a profile's cpu and memory); its schema is Quantity's."""
 Uid = Annotated[str, Field(min_length=1, max_length=64)]
 ResourceMap = Annotated[
     dict[str, Quantity],

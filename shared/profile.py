@@ -22,10 +22,9 @@ from shared.meta import (
     DnsSubdomain,
     LabelSelector,
     ObjectMeta,
-    Quantity,
+    ReadableQuantity,
     WireModel,
 )
-from shared.quantity import QuantityError, parse_quantity
 
 MAX_CHECKS = 32
 MAX_GPUS = 8
@@ -177,9 +176,9 @@ Tolerations = Annotated[
 class WorkloadPolicy(WireModel):
     """The constrained part of a backend Pod an operator may shape. Nothing else."""
 
-    cpu: Quantity | None = None
+    cpu: ReadableQuantity | None = None
     """CPU request (and limit) per participant Pod."""
-    memory: Quantity | None = None
+    memory: ReadableQuantity | None = None
     """Memory request (and limit) per participant Pod."""
     extended_resources: ExtendedResources = Field(default_factory=dict)
     """Extra extended resources per participant, e.g. ``rdma/ib: 1``."""
@@ -195,18 +194,6 @@ class WorkloadPolicy(WireModel):
     ``{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}``. Eligibility excludes
     a Node with a NoSchedule or NoExecute taint that neither these nor Signal's cordon
     tolerate."""
-
-    @field_validator("cpu", "memory")
-    @classmethod
-    def _readable_quantity(cls, value: str | None) -> str | None:
-        """Within what Signal and Kubernetes read (shared/quantity.py): the schema's pattern
-        admits "1e999999", which no Node has; refused here, the profile is InvalidSpec at once."""
-        if value is not None:
-            try:
-                parse_quantity(value)
-            except QuantityError as exc:
-                raise ValueError(str(exc)) from None
-        return value
 
     @field_validator("extended_resources")
     @classmethod
