@@ -2,7 +2,10 @@
 behind it, and whether it is current. Pure: takes the objects already fetched, plus ``now``.
 
 A projection is **current** when nothing newer or different has replaced what it proves: its
-detail is readable and agrees with the label; the profile still exists with the same suite (the
+detail is readable and agrees with the label; Signal's own record of the profile's results
+(``status.certifiedNodes``, shared/certified.py: only the controller writes it) holds the same
+result for this Node (same uid), since the label and its detail are the Node's to write and a
+kubelet can forge them or copy a neighbour's; the profile still exists with the same suite (the
 source digest recorded with the result); the Node is the one the Run certified (same uid); the
 Run's evidence, where it still exists, re-verifies and has the recorded digest; and the result
 is younger than the profile's freshness window (``freshness``, else ``recurrence.interval``,
@@ -14,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared import keys
+from shared import certified, keys
 from shared.classify import freshness_window
 from signalctl.tables import age, render
 
@@ -64,11 +67,43 @@ def detail_of(node: Obj, profile: str) -> dict[str, str] | None:
     return value if isinstance(value, dict) else None
 
 
-def _parse_time(text: str) -> datetime | None:
+def _parse_time(text: object) -> datetime | None:
+    """An RFC 3339 time with its offset (None for anything else: the Node writes the detail)."""
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except (ValueError, AttributeError):
+        parsed = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
         return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _age(text: object, now: datetime) -> str:
+    """``age`` of a time the Node wrote; ``<unknown>`` when it is none."""
+    parsed = _parse_time(text)
+    return age(parsed.isoformat(), now) if parsed is not None else "<unknown>"
+
+
+RECORD_FIELDS = ("run", "namespace", "runUID", "completionTime", "evidenceDigest", "sourceDigest")
+"""The detail fields that must be what Signal's record holds."""
+
+
+def _against_record(node: Obj, profile_obj: Obj, label: str, detail: dict[str, str]) -> list[str]:
+    """Why the Node's label and detail are not Signal's record of its result (empty: they are)."""
+    text = (profile_obj.get("status") or {}).get("certifiedNodes")
+    try:
+        record = certified.decode(text if isinstance(text, str) else None)
+    except certified.RecordError as exc:
+        return [f"Signal's record of this profile's results cannot be read ({exc}): the label is the Node's own claim"]
+    meta = node["metadata"]
+    entry = certified.current(record, meta["name"], str(meta.get("uid") or ""))
+    if entry is None:
+        return ["Signal's record has no result for this Node: the label and its detail are the Node's own claim"]
+    reasons = []
+    if entry["verdict"] != label:
+        reasons.append(f"the label says {label} but Signal's record says {entry['verdict']}")
+    wrong = [f"{k} {detail.get(k)!r} (recorded {entry[k]!r})" for k in RECORD_FIELDS if detail.get(k) != entry[k]]
+    if wrong:
+        reasons.append("the detail disagrees with Signal's record: " + ", ".join(wrong))
+    return reasons
 
 
 def not_current(node: Obj, behind: Behind, now: datetime) -> list[str]:
@@ -86,23 +121,26 @@ def not_current(node: Obj, behind: Behind, now: datetime) -> list[str]:
     if behind.profile_obj is None:
         reasons.append(f"the profile {behind.profile_note or 'no longer exists'}")
     else:
+        reasons += _against_record(node, behind.profile_obj, label, detail)
         spec = behind.profile_obj.get("spec") or {}
         source = (spec.get("source") or {}).get("digest")
         if source != detail.get("sourceDigest"):
             reasons.append(f"the profile's suite changed since (source {detail.get('sourceDigest')} → {source})")
-        completed = _parse_time(str(detail.get("completionTime", "")))
+        completed = _parse_time(detail.get("completionTime"))
         window = freshness_window(spec)
         if completed is None:
             reasons.append("the completion time is unreadable")
         elif now - completed > window:
-            reasons.append(f"Stale: completed {age(detail['completionTime'], now)} ago, freshness {window}")
+            reasons.append(f"Stale: completed {_age(detail['completionTime'], now)} ago, freshness {window}")
     if behind.run is not None:
         if behind.run["metadata"].get("uid") != detail.get("runUID"):
             reasons.append(f"Run {detail.get('run')} was replaced (uid now {behind.run['metadata'].get('uid')})")
         mine = [
             p for p in behind.run["spec"].get("participants") or [] if p.get("nodeName") == node["metadata"]["name"]
         ]
-        if mine and mine[0].get("nodeUID") != node["metadata"].get("uid"):
+        if not mine:
+            reasons.append(f"the Node is not a participant of Run {detail.get('run')}")
+        elif mine[0].get("nodeUID") != node["metadata"].get("uid"):
             reasons.append("the Node was replaced since that Run (its uid changed)")
         if behind.evidence_digest is not None and behind.evidence_digest != detail.get("evidenceDigest"):
             recorded = detail.get("evidenceDigest")
@@ -156,7 +194,7 @@ def describe_node(node: Obj, profiles: Sequence[Behind], now: datetime, profiles
         run_text = f"{detail.get('namespace')}/{detail.get('run')} (uid {detail.get('runUID')})"
         lines += [
             _line("Result", label),
-            _line("Completed", f"{detail.get('completionTime')} ({age(detail.get('completionTime'), now)} ago)"),
+            _line("Completed", f"{detail.get('completionTime')} ({_age(detail.get('completionTime'), now)} ago)"),
             _line("Run", run_text + (f": {behind.run_note}" if behind.run is None else "")),
         ]
         if behind.run is not None:

@@ -6,13 +6,38 @@ from typing import Any
 
 import pytest
 
-from shared import keys
-from signalctl.nodeview import Behind, cordoned, describe_node, freshness_window, not_current, projected_profiles
+from shared import certified, keys
+from shared.classify import freshness_window
+from signalctl.nodeview import Behind, cordoned, describe_node, not_current, projected_profiles
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SOURCE = "sha256:" + "1" * 64
 EVIDENCE = "sha256:" + "2" * 64
+
+
+NODE_UID = "node-uid"
+
+
+def record_entry(**changes: str) -> dict[str, str]:
+    entry = {
+        "verdict": "Pass",
+        "run": "r1",
+        "namespace": "signal-system",
+        "runUID": "run-uid",
+        "runCreated": "2026-11-30T10:00:00Z",
+        "completionTime": (NOW - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "evidenceDigest": EVIDENCE,
+        "sourceDigest": SOURCE,
+        "profileGeneration": "1",
+        "nodeUID": NODE_UID,
+    }
+    return {**entry, **changes}
+
+
+def profile_with(record: dict[str, dict[str, str]] | None) -> Obj:
+    status = {} if record is None else {"certifiedNodes": certified.encode(record)}
+    return {"spec": {"source": {"digest": SOURCE}, "freshness": "24h"}, "status": status}
 
 
 def node(verdict: str = "Pass", completed: datetime = NOW - timedelta(hours=1), **changes: str) -> Obj:
@@ -41,7 +66,7 @@ def node(verdict: str = "Pass", completed: datetime = NOW - timedelta(hours=1), 
 def behind(**changes: Any) -> Behind:
     base = Behind(
         "p",
-        profile_obj={"spec": {"source": {"digest": SOURCE}, "freshness": "24h"}},
+        profile_obj=profile_with({"gpu-001": record_entry()}),
         run={
             "metadata": {"uid": "run-uid"},
             "spec": {"participants": [{"index": 0, "nodeName": "gpu-001", "nodeUID": "node-uid"}]},
@@ -91,7 +116,10 @@ def test_each_reason_a_projection_is_not_current(the_node: Obj, the_behind: Behi
 def test_a_label_that_disagrees_with_its_detail_is_not_current() -> None:
     the_node = node()
     the_node["metadata"]["labels"][keys.certified_label("p")] = "Fail"
-    assert not_current(the_node, behind(), NOW) == ["the label says Fail but the detail says Pass"]
+    assert not_current(the_node, behind(), NOW) == [
+        "the label says Fail but the detail says Pass",
+        "the label says Fail but Signal's record says Pass",
+    ]
 
 
 def test_a_deleted_run_leaves_the_projection_standing_but_says_so() -> None:
@@ -132,3 +160,62 @@ def test_cordoned_names_who_keeps_pods_off(spec: dict[str, object], shown: str) 
     """A Node Signal holds was described as 'Cordoned: no' (its cordon is a taint)."""
     assert cordoned({"metadata": {"name": "n"}, "spec": spec}) == shown
     assert f"Cordoned:       {shown}" in describe_node({"metadata": {"name": "n"}, "spec": spec}, [], NOW)
+
+
+# -- Signal's record, not the Node's claim ---------------------------------------------------------
+
+
+def test_a_projection_the_node_wrote_itself_is_not_current() -> None:
+    """A kubelet can write the result label and its detail annotation on its own Node (with the
+    profile's current source digest, a fresh time and no Run): Signal's record has no result for
+    it, so it is never shown current."""
+    forged = node(run="", namespace="")
+    reasons = not_current(forged, behind(run=None, profile_obj=profile_with({})), NOW)
+    assert any("Signal's record" in r for r in reasons), reasons
+    text = describe_node(forged, [behind(run=None, profile_obj=profile_with({}))], NOW)
+    assert "Current:        NO" in text
+
+
+def test_a_detail_copied_from_another_node_is_not_current() -> None:
+    """A certified neighbour's detail (its real, verifying Run) copied onto this Node."""
+    other = {"metadata": {"uid": "run-uid"}, "spec": {"participants": [{"index": 0, "nodeName": "gpu-009"}]}}
+    record = {"gpu-009": record_entry(nodeUID="uid-9")}
+    reasons = not_current(node(), behind(run=other, profile_obj=profile_with(record)), NOW)
+    assert any("Signal's record" in r for r in reasons), reasons
+    assert any("not a participant" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    ("record", "reason"),
+    [
+        ({"gpu-001": record_entry(verdict="Fail")}, "Signal's record says Fail"),
+        ({"gpu-001": record_entry(nodeUID="previous-node")}, "Signal's record has no result for this Node"),
+        ({"gpu-001": record_entry(runUID="newer-run")}, "disagrees with Signal's record"),
+        (None, "Signal's record has no result for this Node"),
+    ],
+)
+def test_a_projection_that_disagrees_with_signals_record_is_not_current(
+    record: dict[str, dict[str, str]] | None, reason: str
+) -> None:
+    reasons = not_current(node(), behind(profile_obj=profile_with(record)), NOW)
+    assert any(reason in r for r in reasons), reasons
+
+
+def test_an_unreadable_record_is_not_current() -> None:
+    profile = profile_with({})
+    profile["status"]["certifiedNodes"] = "not base64 gzip"
+    reasons = not_current(node(), behind(profile_obj=profile), NOW)
+    assert any("cannot be read" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("completed", ["yesterday", "2026-11-30T11:00:00", 12345, None, ""])
+def test_a_completion_time_the_node_garbled_is_reported_not_a_crash(completed: object) -> None:
+    """The detail annotation is the kubelet's to write: a time that is no RFC 3339 time (or has
+    no offset) made `describe node` end in a traceback."""
+    garbled = node()
+    detail = json.loads(garbled["metadata"]["annotations"][keys.certified_label("p")])
+    detail["completionTime"] = completed
+    garbled["metadata"]["annotations"][keys.certified_label("p")] = json.dumps(detail)
+    text = describe_node(garbled, [behind()], NOW)
+    assert "Current:        NO" in text
+    assert "<unknown> ago" in text
