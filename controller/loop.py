@@ -12,6 +12,8 @@ Isolation, per key:
 * a structurally bad object (``TerminalError``, or an error that is not the API's that keeps
   recurring) is ended with a condition and an Event: a Run ``Inconclusive``, a profile
   ``Ready=False``; it is not retried until it changes;
+* a CancelledError from inside one reconcile (not the loop's own cancellation) is a failure
+  of that object like any other;
 * only fencing (``NotLeader``) and a malformed admission ledger (``LedgerError``) stop the
   process (fail closed).
 
@@ -227,6 +229,13 @@ class Controller:
             bound.info("conflict; requeued", error=str(exc)[:300], retry_in=round(delay, 3))
             self.queue.add_after(key, delay)
             return
+        except asyncio.CancelledError as exc:
+            if _being_cancelled():
+                raise  # the loop is stopping: never swallow its own cancellation
+            # An awaited future cancelled by someone else: this object's failure, not the loop's.
+            result = await self._failed(key, exc, bound)
+            if result is None:
+                return
         except Exception as exc:  # isolation: one object's failure is that object's only
             result = await self._failed(key, exc, bound)
             if result is None:
@@ -250,7 +259,7 @@ class Controller:
             case Terminal():
                 metrics.RECONCILES.labels(key.kind.value, "terminal").inc()
 
-    async def _failed(self, key: Key, exc: Exception, bound: Any) -> Result | None:
+    async def _failed(self, key: Key, exc: BaseException, bound: Any) -> Result | None:
         """Count and log a failure; back off, or end the object when it keeps failing in a
         way the API server is not the cause of. None: requeued with backoff."""
         error = type(exc).__name__
@@ -368,6 +377,13 @@ class Controller:
     async def _shutdown_on(self, stop: asyncio.Event) -> None:
         await stop.wait()
         self.queue.shutdown()
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task itself has been asked to stop (``Task.cancel``), as opposed to
+    a CancelledError raised from something it awaited."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
 
 
 def sorted_objects(objects: Iterable[Obj]) -> list[Obj]:

@@ -4,6 +4,7 @@ backoff, requeue promptly on a conflict, end a structurally bad object, stop onl
 fenced or the ledger is malformed); the real paths run against the API server in
 tests/integration/test_controller_bad_objects.py. Also ``run_requeue``, pure."""
 
+import asyncio
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -306,3 +307,41 @@ async def test_a_fatal_error_stops_the_fleet_passes_at_once(fatal: BaseException
     with pytest.raises(type(fatal)):
         await each_pass(cast(Context, None), _scripted_passes([fatal, None], ran))
     assert ran == ["pass0"]
+
+
+async def test_a_cancelled_error_from_inside_one_reconcile_is_that_keys_failure_only() -> None:
+    """A CancelledError raised inside a reconcile while the loop itself is not being cancelled
+    (an awaited future cancelled by someone else) is that object's failure, backed off like
+    any other: it must not end the loop (which restarts the term and reaches the same key
+    first again, so the keys after it are never reconciled)."""
+    clock = Clock()
+    controller = Scripted([asyncio.CancelledError(), Done(), Done()], clock)
+    controller.queue.add(RUN)
+    controller.queue.add(Key(Kind.RUN, "r2"))
+    first = controller.queue.pop_ready(clock.now)
+    await controller.process(first)  # type: ignore[arg-type]
+    assert not controller.queue.processing()
+    assert controller.queue.pop_ready(clock.now) == Key(Kind.RUN, "r2"), "the next key is processed at once"
+    assert controller.queue.failures(RUN) == 1, "the key is retried with backoff"
+    assert controller.queue.next_deadline() == pytest.approx(1.0)
+
+
+async def test_cancelling_the_loop_still_cancels_a_reconcile_in_flight() -> None:
+    started = asyncio.Event()
+
+    class Hanging(Scripted):
+        async def reconcile(self, key: Key, *, resync: bool) -> Result:
+            started.set()
+            await asyncio.Event().wait()
+            return Done()
+
+    controller = Hanging([], Clock())
+    controller.queue.add(RUN)
+    key = controller.queue.pop_ready(0.0)
+    task = asyncio.create_task(controller.process(key))  # type: ignore[arg-type]
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not controller.queue.processing()
+    assert controller.queue.failures(RUN) == 0
