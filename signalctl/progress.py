@@ -4,7 +4,10 @@ check's verdict as its evidence lands.
 
 A participant's part of a running check is done when its backend workload has ended: its Pod
 (Pod checks, or the launcher of a per-Node MPI world) has terminated, or, for an MPI world across
-the Nodes, the one launcher has. A check is finished when its evidence ConfigMap exists.
+the Nodes, the one launcher has. A check is finished when its evidence ConfigMap exists; its
+verdicts are what that evidence supports under the controller's own acceptance rules
+(``assess_check``), never the verdict the document states: the adapter's identity writes it, and a
+document that does not validate shows Inconclusive with its problem, not a crash or a Pass.
 :func:`check_states` and :class:`Tracker` are pure; :func:`observe` does the reads (through any
 client with ``get(path, **params)``; a caller that may not list Pods still sees verdicts)."""
 
@@ -13,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import keys
-from shared.evidence import CHECK_EVIDENCE_SCHEMA, EvidenceError, decode_document
+from shared.acceptance import CheckInput, assess_check
+from shared.run import Verdict
 
 Obj = dict[str, Any]
 Get = Callable[..., Awaitable[Obj]]
@@ -32,6 +36,9 @@ class Finished:
     participants: tuple[tuple[str, str], ...]
     """(Node name, verdict) per participant."""
     digest: str
+    """Empty when the evidence did not decode."""
+    problem: str | None = None
+    """Why the evidence does not support a verdict (then Inconclusive)."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +62,11 @@ class CheckState:
 
     def line(self) -> str:
         if self.finished is not None:
-            nodes = ", ".join(f"{node} {verdict}" for node, verdict in self.finished.participants)
-            return f"{self.head()}: {self.finished.verdict} [{nodes}] evidence {self.finished.digest[:19]}..."
+            finished = self.finished
+            nodes = ", ".join(f"{node} {verdict}" for node, verdict in finished.participants)
+            digest = f"{finished.digest[:19]}..." if finished.digest else "<unreadable>"
+            problem = f" ({finished.problem})" if finished.problem else ""
+            return f"{self.head()}: {finished.verdict}{problem} [{nodes}] evidence {digest}"
         if not self.started:
             return f"{self.head()}: waiting"
         return self.progress()
@@ -115,7 +125,6 @@ class Tracker:
 
     shown: dict[tuple[str, int], str] = field(default_factory=dict)
     evidence: dict[tuple[str, int], Finished] = field(default_factory=dict)
-    unreadable: set[tuple[str, int]] = field(default_factory=set)
 
     def changes(self, states: Sequence[CheckState]) -> list[str]:
         lines = []
@@ -133,11 +142,17 @@ class Tracker:
         return lines
 
 
-def finished_from(config_map: Obj) -> Finished:
-    """A check's verdicts from its evidence ConfigMap (raise EvidenceError if it does not decode)."""
-    document, digest = decode_document(config_map, CHECK_EVIDENCE_SCHEMA)
-    participants = tuple((p["nodeName"], p["verdict"]) for p in document["results"]["participants"])
-    return Finished(document["verdict"], participants, digest)
+def finished_from(run: Obj, index: int, config_map: Obj) -> Finished:
+    """Check ``index``'s verdicts from its evidence ConfigMap, re-validated as the controller
+    does (``assess_check``): evidence that does not validate is Inconclusive for every
+    participant, with its problem."""
+    outcome = assess_check(run, CheckInput(index, evidence_name(run["metadata"]["name"], index), config_map))
+    verdicts = outcome.participant_verdicts
+    participants = tuple(
+        (p["nodeName"], verdicts.get(p["index"], Verdict.INCONCLUSIVE).value)
+        for p in sorted(run["spec"].get("participants") or [], key=lambda p: p["index"])
+    )
+    return Finished(outcome.verdict.value, participants, outcome.digest or "", outcome.problem)
 
 
 async def observe(
@@ -161,12 +176,7 @@ async def observe(
                 config_map = await get(f"/api/v1/namespaces/{namespace}/configmaps/{evidence_name(name, index)}")
             except errors:
                 continue
-            try:
-                tracker.evidence[(name, index)] = finished_from(config_map)
-            except EvidenceError as exc:
-                if (name, index) not in tracker.unreadable:
-                    tracker.unreadable.add((name, index))
-                    lines.append(f"Run {name}: check {index + 1}: unreadable evidence ({exc})")
+            tracker.evidence[(name, index)] = finished_from(run, index, config_map)
         evidence = {i: f for (r, i), f in tracker.evidence.items() if r == name}
         states += check_states(run, pods, evidence)
     return lines + tracker.changes(states)

@@ -1,11 +1,13 @@
 """signalctl/progress.py: each check of each Run advancing Node by Node (pure parts)."""
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from shared import keys
-from signalctl.progress import MPI_ROLE_LABEL, CheckState, Finished, Tracker, check_states
+from signalctl.progress import MPI_ROLE_LABEL, CheckState, Finished, Tracker, check_states, finished_from
+from tests import evidence_builders as eb
 
 Obj = dict[str, Any]
 
@@ -101,3 +103,57 @@ def test_a_check_seen_running_gets_no_second_nodes_done_line_at_its_verdict() ->
     assert tracker.changes(check_states(run(), [], {0: finished})) == [
         "Run r1: check 1/2 inventory (Pod): Pass [gpu-001 Pass, gpu-002 Pass] evidence sha256:bbbbbbbbbbbb..."
     ]
+
+
+# -- a check's verdict from its evidence: re-validated, never the adapter's word -------------------
+
+
+def evidence_run() -> Obj:
+    return {
+        "metadata": {"name": "r1", "namespace": "ns", "uid": "u1"},
+        "spec": {
+            "checks": [{"name": "inventory", "scriptKey": "s.sh", "backend": "Pod", "backendActiveDeadline": "1m"}],
+            "source": {"digest": "sha256:" + "5" * 64},
+            "participants": [{"index": i, "nodeName": f"gpu-00{i + 1}", "nodeUID": f"uid-{i}"} for i in range(2)],
+        },
+    }
+
+
+def test_valid_evidence_gives_its_verdicts() -> None:
+    run = evidence_run()
+    document = eb.check_evidence(run, 0, verdicts={1: "Fail"})
+    finished = finished_from(run, 0, eb.config_map("r1-c0-evidence", document))
+    assert (finished.verdict, finished.participants) == ("Fail", (("gpu-001", "Pass"), ("gpu-002", "Fail")))
+    assert finished.digest == eb.digest_of(document)
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        pytest.param(lambda d: d.pop("results"), id="no-results"),
+        pytest.param(lambda d: d["results"].update(participants=[["gpu-001", "Pass"]]), id="participants-not-objects"),
+        pytest.param(lambda d: d["results"]["participants"][0].pop("nodeName"), id="participant-without-node"),
+        pytest.param(lambda d: d["results"].update(participants="gpu-001"), id="participants-a-string"),
+    ],
+)
+def test_malformed_evidence_is_inconclusive_not_a_crash(mutate: Callable[[Obj], object]) -> None:
+    """The adapter's identity writes the check evidence: a canonical document of the right schema
+    but the wrong shape made `signalctl request --wait` (and the demo) end in a traceback."""
+    run = evidence_run()
+    document = eb.check_evidence(run, 0)
+    mutate(document)
+    finished = finished_from(run, 0, eb.config_map("r1-c0-evidence", document, owner=run))
+    assert finished.verdict == "Inconclusive"
+    assert finished.participants == (("gpu-001", "Inconclusive"), ("gpu-002", "Inconclusive"))
+
+
+def test_a_forged_pass_is_not_shown_as_pass() -> None:
+    """The document's own verdict says Pass while its participants' results were changed after
+    sealing (its results digest no longer matches): progress showed Pass, the controller then
+    ends the Run Inconclusive."""
+    run = evidence_run()
+    document = eb.check_evidence(run, 0)
+    document["results"]["participants"][0]["exitCode"] = 3
+    finished = finished_from(run, 0, eb.config_map("r1-c0-evidence", document))
+    assert finished.verdict == "Inconclusive"
+    assert "DigestMismatch" in (finished.problem or "")
