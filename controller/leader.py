@@ -8,7 +8,8 @@ which cannot fail silently.
 * **Writes stop at once.** ``Leadership`` allows writes only while the last successful renewal
   was *sent* less than ``renew_deadline`` ago (``renew_deadline < duration``, so the other
   replica cannot take the Lease while this one may still write) and the renewal task is
-  alive. The controller's gateway calls ``Leadership.guard`` before every write; when the
+  alive. The controller's gateway calls ``Leadership.guard`` before every write, and again
+  once its credentials and a connection are in hand, right before it is sent; when the
   renewal task ends, for any reason, ``lost`` is set and the process stops.
 
 Leadership alone does not fence writes against a paused leader: admission is additionally

@@ -137,8 +137,11 @@ class Kube:
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
         read_timeout: float | None = None,
+        before_send: Callable[[], None] | None = None,
     ) -> Response:
-        """Send one request; its answer's head read within ``self.timeout`` (or ``read_timeout``)."""
+        """Send one request; its answer's head read within ``self.timeout`` (or ``read_timeout``).
+        ``before_send`` runs once the credentials and a connection are in hand, right before
+        the request goes out."""
         headers = {"Content-Type": content_type, "Accept": "application/json"}
         verb = _verb(method, path, query)
         self.requests[verb] = self.requests.get(verb, 0) + 1
@@ -164,13 +167,24 @@ class Kube:
                 deadline=deadline,
                 connect_timeout=self.timeout,
                 read_timeout=read_timeout,
+                before_send=before_send,
             )
         except (HttpError, ValueError) as exc:
             raise TransportError(_describe(exc), method, path) from exc
 
-    async def _once(self, method: str, path: str, body: Any, query: Mapping[str, str] | None, content_type: str) -> Obj:
+    async def _once(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        query: Mapping[str, str] | None,
+        content_type: str,
+        before_send: Callable[[], None] | None = None,
+    ) -> Obj:
         started = time.monotonic()
-        response = await self._send(method, path, body=body, query=query, content_type=content_type)
+        response = await self._send(
+            method, path, body=body, query=query, content_type=content_type, before_send=before_send
+        )
         try:
             payload = await response.read(deadline=started + self.timeout)
         except HttpError as exc:
@@ -199,6 +213,10 @@ class Kube:
         # A server-side dry-run stores nothing: neither guarded nor a crash point.
         write = method in _WRITES and not (query and query.get("dryRun"))
         guarded = write and self.write_guard is not None
+        guard = self.write_guard if guarded else None
+        # The guard again right before the request goes out: a credential plugin, a wait for
+        # a free connection or a slow connect may outlast the term (controller/leader.py).
+        before_send = None if guard is None else (lambda: guard(method, path))
         if write:
             if guarded and self.write_guard is not None:
                 self.write_guard(method, path)
@@ -207,7 +225,7 @@ class Kube:
         attempt = 0
         while True:
             try:
-                decoded = await self._once(method, path, body, query, content_type)
+                decoded = await self._once(method, path, body, query, content_type, before_send)
                 break
             except ApiError as exc:
                 if attempt >= self.retries or not _may_resend(method, exc):

@@ -17,7 +17,7 @@ import os
 import ssl
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 from urllib.parse import urlsplit
@@ -189,10 +189,14 @@ class Pool:
         deadline: float | None,
         connect_timeout: float,
         read_timeout: float | None = None,
+        before_send: Callable[[], None] | None = None,
     ) -> Response:
         """Send one request (``target``: path and query) and read its status and headers: all
         by ``deadline`` (``time.monotonic()``), connecting within ``connect_timeout`` and the
-        answer's head within ``read_timeout``."""
+        answer's head within ``read_timeout``. ``before_send`` is called once a connection is
+        in hand, with no wait between it and the first byte sent; what it raises ends the
+        request unsent (the write guard, checked again after the waits for a slot and a
+        connection)."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limit)
         await _timed(self._slots.acquire(), deadline, None)
@@ -203,6 +207,8 @@ class Pool:
                     connection, reused = await _timed(self._open(), deadline, connect_timeout), False
                 self._open_connections[id(connection)] = connection
                 try:
+                    if before_send is not None:
+                        before_send()
                     exchange = self._exchange(connection, method, target, headers, body)
                     return await _timed(exchange, deadline, read_timeout)
                 except _StaleConnection:

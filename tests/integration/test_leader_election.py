@@ -11,12 +11,14 @@
   writes only after the Lease could have expired."""
 
 import asyncio
+import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from controller.leader import FAULT_ENV, LeaderElector
+from controller.leader import FAULT_ENV, LeaderElector, Leadership, LeaseLost
 from controller.state import NotLeader
 from kubeio.client import Kube, resource_path
 from localcluster import identities
@@ -116,6 +118,57 @@ async def test_a_renewal_task_that_dies_stops_every_write(
     finally:
         await kube.close()
         await lease.close()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _SlowCredentials:
+    """An exec credential plugin (or any wait before the request goes out: a free connection,
+    a slow connect) that outlasts the term: the clock has passed the renew deadline by the
+    time the token comes back."""
+
+    def __init__(self, inner: Any, clock: _Clock, late: float) -> None:
+        self.inner, self.clock, self.late = inner, clock, late
+
+    async def token(self) -> str | None:
+        self.clock.now += self.late
+        token: str | None = await self.inner.token()
+        return token
+
+
+async def test_a_write_that_waited_past_the_renew_deadline_is_not_sent(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """The guard passed when the write started; the term lapsed while it waited for its
+    credentials (or a connection): it must not reach the API server, since another replica
+    may hold the Lease by the time it would."""
+    await install_rbac(admin, namespace)
+    clock = _Clock()
+    term = Leadership(RENEW_DEADLINE, clock)
+    term.renewed(clock.now)
+    kube = await _kube(cluster, namespace, tmp_path / "work")
+    kube.write_guard = term.guard
+    kube.endpoint = dataclasses.replace(
+        kube.endpoint, credentials=_SlowCredentials(kube.endpoint.credentials, clock, 2 * RENEW_DEADLINE)
+    )
+    try:
+        with pytest.raises(LeaseLost):
+            await kube.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "late-send"}})
+        with pytest.raises(ApiError) as missing:
+            await admin.get(resource_path("v1", "configmaps", namespace, "late-send"))
+        assert missing.value.status == 404, "a write sent after the term lapsed reached the API server"
+        clock.now -= 4 * RENEW_DEADLINE  # a term still current all along: the write goes out
+        kube.endpoint = dataclasses.replace(kube.endpoint, credentials=kube.endpoint.credentials.inner)  # type: ignore[union-attr]
+        await kube.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "in-time"}})
+        await admin.get(resource_path("v1", "configmaps", namespace, "in-time"))
+    finally:
+        await kube.close()
 
 
 def _requests(log: Path) -> list[tuple[float, str, str]]:
