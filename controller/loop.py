@@ -229,14 +229,8 @@ class Controller:
             bound.info("conflict; requeued", error=str(exc)[:300], retry_in=round(delay, 3))
             self.queue.add_after(key, delay)
             return
-        except asyncio.CancelledError as exc:
-            if _being_cancelled():
-                raise  # the loop is stopping: never swallow its own cancellation
-            # An awaited future cancelled by someone else: this object's failure, not the loop's.
-            result = await self._failed(key, exc, bound)
-            if result is None:
-                return
-        except Exception as exc:  # isolation: one object's failure is that object's only
+        except (Exception, asyncio.CancelledError) as exc:  # isolation: this object's failure only
+            _reraise_own_cancellation(exc)
             result = await self._failed(key, exc, bound)
             if result is None:
                 return
@@ -300,7 +294,8 @@ class Controller:
             raise
         except NotFound:
             return Done()
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            _reraise_own_cancellation(exc)
             bound.warning("could not end the object; retrying", error=f"{type(exc).__name__}: {exc}"[:300])
             self.queue.add_rate_limited(key)
             return Terminal(reason, message)
@@ -379,11 +374,13 @@ class Controller:
         self.queue.shutdown()
 
 
-def _being_cancelled() -> bool:
-    """Whether the running task itself has been asked to stop (``Task.cancel``), as opposed to
-    a CancelledError raised from something it awaited."""
+def _reraise_own_cancellation(exc: BaseException) -> None:
+    """Re-raise ``exc`` when it is the running task's own cancellation (``Task.cancel``: the
+    loop is stopping), never when it is a CancelledError from something it awaited (a future
+    cancelled by someone else), which is one object's failure."""
     task = asyncio.current_task()
-    return task is None or task.cancelling() > 0
+    if isinstance(exc, asyncio.CancelledError) and (task is None or task.cancelling() > 0):
+        raise exc
 
 
 def sorted_objects(objects: Iterable[Obj]) -> list[Obj]:

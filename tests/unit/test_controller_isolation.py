@@ -345,3 +345,24 @@ async def test_cancelling_the_loop_still_cancels_a_reconcile_in_flight() -> None
         await task
     assert not controller.queue.processing()
     assert controller.queue.failures(RUN) == 0
+
+
+async def test_a_cancelled_error_while_ending_an_object_is_retried_not_the_loops_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same from inside the ending of a structurally bad object (its status write)."""
+
+    async def cancelled(*_: object) -> Any:
+        raise asyncio.CancelledError
+
+    class Ending(Scripted):
+        end = Controller.end  # the real ending, its write scripted below
+
+    monkeypatch.setattr("controller.loop.end_profile", cancelled)
+    clock = Clock()
+    controller = Ending([TerminalError("MalformedProfile", "bad"), Done()], clock)
+    controller.queue.add(RUN)
+    controller.queue.add(Key(Kind.RUN, "r2"))
+    await controller.process(controller.queue.pop_ready(clock.now))  # type: ignore[arg-type]
+    assert controller.queue.pop_ready(clock.now) == Key(Kind.RUN, "r2"), "the next key is processed at once"
+    assert controller.queue.failures(RUN) == 1, "ending it is tried again with backoff"
