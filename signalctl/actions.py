@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kubeio.client import Kube, Obj, resource_path
-from kubeio.errors import ApiError, Forbidden, NotFound
+from kubeio.errors import ApiError, Conflict, Forbidden, Invalid, NotFound
 from shared import keys
 from shared.run import TERMINAL_PHASES
 from signalctl import progress as checks
@@ -220,12 +220,34 @@ def one_run(name: str, until: Callable[[Obj], bool]) -> tuple[Observe, Done]:
     return observe, lambda: bool(seen.get("done"))
 
 
-async def _patch_spec(kube: Kube, namespace: str, name: str, field_name: str) -> None:
+async def _patch_spec(kube: Kube, run: Obj, field_name: str) -> None:
+    """Set ``spec.<field_name>`` on exactly the Run that was read and judged (its uid a
+    precondition): a Run deleted and created again under the same name meanwhile (a rolled-back
+    admission's name is taken again) is refused, never canceled or released in its place."""
+    meta = run["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
     path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace, name)
     try:
-        await kube.merge_patch(path, {"spec": {field_name: True}})
+        await kube.merge_patch(path, {"metadata": {"uid": meta["uid"]}, "spec": {field_name: True}})
     except ApiError as exc:
-        raise CommandError(explain(exc, f"set spec.{field_name} on", f"Run {namespace}/{name}")) from exc
+        # A uid that no longer matches is refused as an immutable-field change (422).
+        now = await _get_or_none(kube, path) if isinstance(exc, Invalid | Conflict | NotFound) else None
+        if isinstance(exc, Invalid | Conflict | NotFound) and (now or {}).get("metadata", {}).get("uid") != meta["uid"]:
+            raise CommandError(
+                f"Run {namespace}/{name} changed meanwhile: the Run read (uid {meta['uid']}) was deleted"
+                + (f" and another was created under its name (uid {now['metadata']['uid']})" if now else "")
+                + f"; nothing was changed. Look at it again with `signalctl describe run {name}`"
+            ) from exc
+        raise CommandError(
+            explain(exc, f"set spec.{field_name} on", f"Run {namespace}/{name} (uid {meta['uid']})")
+        ) from exc
+
+
+async def _get_or_none(kube: Kube, path: str) -> Obj | None:
+    try:
+        return await kube.get(path)
+    except ApiError:
+        return None
 
 
 async def cmd_cancel(kube: Kube, args: argparse.Namespace) -> int:
@@ -237,7 +259,7 @@ async def cmd_cancel(kube: Kube, args: argparse.Namespace) -> int:
     if run["spec"].get("cancel"):
         print(f"{where}: cancel was already requested")
     else:
-        await _patch_spec(kube, args.namespace, args.name, "cancel")
+        await _patch_spec(kube, run, "cancel")
         print(
             f"{where}: cancel requested; Signal stops its Workflow and ends it Canceled, "
             f"keeping its Nodes reserved until `signalctl release {args.name}`"
@@ -262,7 +284,7 @@ async def cmd_release(kube: Kube, args: argparse.Namespace) -> int:
     if run["spec"].get("release"):
         print(f"{where}: release was already requested")
     else:
-        await _patch_spec(kube, args.namespace, args.name, "release")
+        await _patch_spec(kube, run, "release")
         print(f"{where}: release requested; Signal removes its reservations and lifts its cordon")
     if args.wait:
         observe, done = one_run(args.name, is_released)

@@ -3,6 +3,7 @@ server. Evidence is produced the way the acceptance corpus does it (tests/integr
 test_acceptance_corpus.py): a Run created as admin, check evidence from tests/evidence_builders.py,
 then the controller's own acceptance (controller.accept.accept) in-process."""
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -25,6 +26,8 @@ from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, resource_path
 from shared import keys
+from signalctl import actions
+from signalctl.kubectx import CommandError
 from tests import evidence_builders as eb
 from tests.controller_support import install_rbac, profile_body
 from tests.run_builders import running_run, store, workflow_status
@@ -452,3 +455,54 @@ async def test_release_refuses_a_running_run_and_cancel_sets_the_flag(
     rc, out, _ = await signalctl(kubeconfig, "cancel", name, "-n", ns)
     assert rc == 0
     assert "already ended Canceled; nothing to cancel" in out
+
+
+class _ReplacedAfterRead:
+    """The operator's client while someone deletes the Run and creates another under its name
+    between signalctl's read of it and its write (as a rolled-back admission's name is taken
+    again): the read returns the Run as it was, then the replacement happens."""
+
+    def __init__(self, kube: Kube, path: str, replace: Any) -> None:
+        self.kube, self.path, self.replace, self.replaced = kube, path, replace, False
+
+    async def get(self, path: str, **query: str) -> Obj:
+        answer = await self.kube.get(path, **query)
+        if path == self.path and not self.replaced:
+            self.replaced = True
+            await self.replace()
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kube, name)
+
+
+@pytest.mark.parametrize(("command", "first_phase"), [("cancel", "Running"), ("release", "Failed")])
+async def test_cancel_and_release_act_only_on_the_run_they_read(
+    ctx: Context, cluster: LocalCluster, admin: KubeClient, command: str, first_phase: str
+) -> None:
+    """`cancel` and `release` patched spec by name alone: a Run replaced under the same name
+    between the read and the write was canceled, or released (its Nodes given back unreviewed)."""
+    ns = ctx.namespace
+    nodes = await _nodes(cluster, f"{ns}-{command[:3]}x")
+    run = await running_run(admin, ns, nodes, "swap", started=STARTED)
+    name = run["metadata"]["name"]
+    path = resource_path(API, keys.RUN_PLURAL, ns, name)
+    await admin.merge_patch(f"{path}/status", {"status": {"phase": first_phase}})
+    body = {k: run[k] for k in ("apiVersion", "kind", "spec")}
+    body["metadata"] = {k: run["metadata"][k] for k in ("name", "namespace", "labels")}
+
+    async def replace() -> None:
+        await admin.delete(path)
+        await admin.create(resource_path(API, keys.RUN_PLURAL, ns), body)
+        await admin.merge_patch(f"{path}/status", {"status": {"phase": first_phase}})
+
+    client = _ReplacedAfterRead(ctx.kube, path, replace)
+    args = argparse.Namespace(namespace=ns, name=name, wait=False)
+    handler = actions.cmd_cancel if command == "cancel" else actions.cmd_release
+    with pytest.raises(CommandError) as raised:
+        await handler(client, args)  # type: ignore[arg-type]
+    assert "changed meanwhile" in raised.value.message
+    assert f"(uid {run['metadata']['uid']})" in raised.value.message
+    replacement = await admin.get(path)
+    assert replacement["metadata"]["uid"] != run["metadata"]["uid"]
+    assert not replacement["spec"].get(command), f"the replacement Run got spec.{command}"
