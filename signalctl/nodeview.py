@@ -64,7 +64,11 @@ def detail_of(node: Obj, profile: str) -> dict[str, str] | None:
         value = json.loads(raw)
     except (ValueError, RecursionError):  # the Node's kubelet may write anything here
         return None
-    return value if isinstance(value, dict) else None
+    # What the controller writes is an object of strings; anything else (a Run name that is a
+    # number, a namespace that is a list) is unreadable, not a path to look things up by.
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        return None
+    return value
 
 
 def _parse_time(text: object) -> datetime | None:

@@ -506,3 +506,32 @@ async def test_cancel_and_release_act_only_on_the_run_they_read(
     replacement = await admin.get(path)
     assert replacement["metadata"]["uid"] != run["metadata"]["uid"]
     assert not replacement["spec"].get(command), f"the replacement Run got spec.{command}"
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [
+        {"verdict": "Pass", "run": 5, "namespace": "signal-system"},
+        {"verdict": "Pass", "run": "r", "namespace": ["signal-system"]},
+        {"verdict": "Pass", "completionTime": "yesterday"},
+        {"verdict": "Pass", "completionTime": "2026-11-30T00:00:00"},
+    ],
+    ids=["run-a-number", "namespace-a-list", "time-not-a-time", "time-without-offset"],
+)
+async def test_describe_node_reports_a_detail_the_node_garbled_instead_of_a_traceback(
+    ctx: Context, cluster: LocalCluster, admin: KubeClient, kubeconfig: Path, detail: Obj
+) -> None:
+    """The detail annotation is the Node's kubelet's to write: its values were used as they came,
+    as a path to look the Run up by and as times, and `describe node` ended in a traceback."""
+    node = (await _nodes(cluster, f"{ctx.namespace}-garb", 1))[0]["metadata"]["name"]
+    profile = "garbled"
+    label = keys.certified_label(profile)
+    await admin.merge_patch(
+        resource_path("v1", "nodes", name=node),
+        {"metadata": {"labels": {label: "Pass"}, "annotations": {label: json.dumps(detail)}}},
+    )
+    rc, out, err = await signalctl(kubeconfig, "describe", "node", node)
+    assert "Traceback" not in err, err
+    assert rc == 0, out + err
+    section = out.split(f"Profile {profile}:")[1]
+    assert "Current:        NO" in section
