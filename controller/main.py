@@ -126,7 +126,16 @@ async def term(ctx: Context, elector: LeaderElector, stop: asyncio.Event, *, res
 
 
 async def _reconcile(ctx: Context, stop: asyncio.Event, resync: float) -> None:
-    await ctx.wait_synced()
+    # Caches that never sync (a CRD not installed, a list refused) must not outlast a stop.
+    synced, stopping = asyncio.create_task(ctx.wait_synced()), asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({synced, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (synced, stopping):
+            task.cancel()
+    if not synced.done():
+        return
+    synced.result()
     log.info("caches synced", nodes=len(ctx.nodes.items), runs=len(ctx.runs.items))
     await run_loop(ctx, stop, resync=resync)
 
