@@ -14,7 +14,7 @@ from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
 from shared import certified, keys
-from shared.conditions import set_condition
+from shared.conditions import condition, set_condition
 from shared.durations import DurationError, parse_duration
 
 DEFAULT_KEEP = 10
@@ -61,13 +61,29 @@ def expired_runs(runs: Iterable[RunView], keep: dict[str, int]) -> list[RunView]
     return expired
 
 
-async def recur(ctx: Context, profile: Obj) -> None:
-    interval_text = ((profile.get("spec") or {}).get("recurrence") or {}).get("interval")
-    if not interval_text:
-        return
+def recurrence_interval(profile: Obj) -> timedelta | None:
+    """Pure: the recurrence interval of a profile that reports itself Ready for its current
+    generation; None when it has no (readable, positive) interval or is not Ready. A profile that
+    is not Ready (an invalid spec, a source that no longer matches its digest) is never acted on:
+    recurrence would request Nodes (label them) for a suite that cannot run."""
+    spec, status = profile.get("spec") or {}, profile.get("status") or {}
+    ready = condition(status.get("conditions") or [], "Ready")
+    generation = (profile.get("metadata") or {}).get("generation")
+    if ready is None or ready.get("status") != "True" or status.get("observedGeneration") != generation:
+        return None
+    text = (spec.get("recurrence") or {}).get("interval")
+    if not isinstance(text, str):
+        return None
     try:
-        interval = parse_duration(interval_text)
-    except DurationError:
+        interval = parse_duration(text)
+    except (DurationError, OverflowError):  # more days than a timedelta holds
+        return None
+    return interval if interval > timedelta() else None
+
+
+async def recur(ctx: Context, profile: Obj) -> None:
+    interval = recurrence_interval(profile)
+    if interval is None:
         return
     name = profile["metadata"]["name"]
     record = record_of(profile)

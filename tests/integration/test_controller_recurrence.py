@@ -79,3 +79,61 @@ async def test_recurrence_requests_only_stale_nodes_within_budget(
     finally:
         controller.stop()
         await world.cleanup()
+
+
+async def test_a_profile_that_is_not_ready_requests_no_node(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """Recurrence labelled Nodes for a profile that is not Ready (here: its source no longer has
+    the digest it pins), which is never to be acted on; a Ready profile beside it goes on."""
+    world = World(cluster, admin, namespace)
+    await world.setup()
+    broken, good = f"{namespace}-broken", f"{namespace}-good"
+    names = world.node_names(4)
+    await world.add_nodes(names, requested_for=None)
+    uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in await world.nodes(names)}
+    stale = _stamp(datetime.now(UTC) - timedelta(hours=2))
+    bodies = {
+        broken: profile_body(broken, namespace, 2, digest="sha256:" + "e" * 64),
+        good: profile_body(good, namespace, 2, selector={"matchLabels": {"pool": "gpu"}}),
+    }
+    for (profile, body), mine in zip(bodies.items(), (names[:2], names[2:]), strict=True):
+        body["spec"]["recurrence"] = {"interval": "1h"}
+        await world.add_profile(body)
+        entries = {
+            name: {
+                "verdict": "Pass",
+                "run": "earlier",
+                "namespace": namespace,
+                "runUID": "earlier",
+                "runCreated": stale,
+                "completionTime": stale,
+                "evidenceDigest": "sha256:" + "0" * 64,
+                "sourceDigest": body["spec"]["source"]["digest"],
+                "profileGeneration": "1",
+                "nodeUID": uids[name],
+            }
+            for name in mine
+        }
+        await admin.merge_patch(
+            resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile, subresource="status"),
+            {"status": {"certifiedNodes": certified.encode(entries)}},
+        )
+    controller = ControllerProcess(cluster, namespace, tmp_path, resync=1.0)
+    await controller.start()
+    try:
+
+        async def good_requested() -> bool:
+            nodes = await world.nodes(names[2:])
+            return all(reserved_by(n) or keys.CERTIFY_LABEL in n["metadata"].get("labels", {}) for n in nodes)
+
+        await eventually(good_requested, timeout=30, what=f"the Ready profile's stale Nodes\n{controller.logs()}")
+        ready = next(c for c in (await world.profile(broken))["status"]["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "DigestMismatch"), ready
+        await asyncio.sleep(4)  # several resyncs of the broken profile, with its Ready=False cached
+        for node in await world.nodes(names[:2]):
+            labels = node["metadata"].get("labels", {})
+            assert keys.CERTIFY_LABEL not in labels, f"{node['metadata']['name']} requested for a profile not Ready"
+    finally:
+        controller.stop()
+        await world.cleanup()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from controller.accept import reported_digests
-from controller.lifecycle import DEFAULT_KEEP, due_for_recertification, expired_runs
+from controller.lifecycle import DEFAULT_KEEP, due_for_recertification, expired_runs, recurrence_interval
 from controller.manifests import release_patch, reservation_patch
 from controller.nextaction import deadline_passed
 from controller.nodes import RESERVED_TAINT_KEY, NodeView, node_view
@@ -617,3 +617,34 @@ def test_workflow_view_keeps_checks_without_outputs_yet() -> None:
     view = workflow_view(workflow(step("0", digest=None)))
     assert view["status"]["nodes"]["n0"]["outputs"] is None
     assert reported_digests(view) == {}
+
+
+# -- recurrence_interval ----------------------------------------------------------------------------
+
+
+def profile_obj(interval: Any = "1h", ready: str | None = "True", observed: Any = 3, generation: int = 3) -> Obj:
+    conditions = [] if ready is None else [{"type": "Ready", "status": ready, "reason": "r"}]
+    spec: Obj = {} if interval is None else {"recurrence": {"interval": interval}}
+    return {
+        "metadata": {"name": PROFILE, "generation": generation},
+        "spec": spec,
+        "status": {"observedGeneration": observed, "conditions": conditions},
+    }
+
+
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [
+        pytest.param(profile_obj(), timedelta(hours=1), id="ready"),
+        pytest.param(profile_obj(ready="False"), None, id="not-ready"),
+        pytest.param(profile_obj(ready=None), None, id="never-reconciled"),
+        pytest.param(profile_obj(observed=2), None, id="ready-for-an-older-generation"),
+        pytest.param(profile_obj(interval=None), None, id="no-recurrence"),
+        pytest.param(profile_obj(interval="often"), None, id="not-a-duration"),
+        pytest.param(profile_obj(interval=3600), None, id="not-a-string"),
+        pytest.param(profile_obj(interval="0s"), None, id="zero"),
+        pytest.param(profile_obj(interval="9" * 30 + "h"), None, id="beyond-a-timedelta"),
+    ],
+)
+def test_recurrence_acts_only_for_a_ready_profile(profile: Obj, expected: timedelta | None) -> None:
+    assert recurrence_interval(profile) == expected
