@@ -54,7 +54,15 @@ from bench.cpu import CpuWindow, processes
 from bench.floors import Bare, api_write_floor, rss_mib
 from bench.history import add_history, cold_start
 from bench.polling import runs_of, wait_for
-from bench.requestlog import Request, RequestLog, RequestTail, new_runs_status_cut, running_cut, writes
+from bench.requestlog import (
+    Request,
+    RequestLog,
+    RequestTail,
+    admission_phases,
+    new_runs_status_cut,
+    running_cut,
+    writes,
+)
 from bench.throughput_floor import throughput_window_floor
 from bench.window_floor import request_window_floor, write_kinds
 from controller.nodes import node_view
@@ -173,8 +181,9 @@ async def _measure(
         cut = running_cut(requests, t0)
         if cut is None:
             raise SystemExit(f"no Running status PATCH in the controller's request log {log.path}")
-        attempts.append((cut - t0, cut - requested_at, observed, RequestLog.window(requests, t0, cut), chosen))
-    latency, after_request, observed, _, _ = sorted(attempts, key=lambda a: a[0])[len(attempts) // 2]
+        phases = admission_phases(requests, t0, requested_at, cut)
+        attempts.append((cut - t0, cut - requested_at, observed, RequestLog.window(requests, t0, cut), chosen, phases))
+    latency, after_request, observed, _, _, phases = sorted(attempts, key=lambda a: a[0])[len(attempts) // 2]
     window = attempts[0][3]
     verbs = RequestLog.verbs(window)
     node_patches = sum(1 for r in window if r.verb == "PATCH" and r.path.startswith("/api/v1/nodes/"))
@@ -193,6 +202,7 @@ async def _measure(
         requested=tuple(n for a in attempts for n in a[4]),
         window_kinds=dict(sorted(write_kinds(window).items())),
         latencies=tuple(a[0] for a in attempts),
+        phases=phases,
     )
     # Throughput: ``groups`` groups at once, on Nodes not yet requested.
     if groups:

@@ -41,6 +41,8 @@ class Figures:
     """Goal 2's groups were all requested before their profile existed (bench/admission.py)."""
     latencies: tuple[float, ...] = ()
     """Every latency measured (``latency``: their median; one alone swung 0.46-1.00 s here)."""
+    phases: dict[str, float] = field(default_factory=dict)
+    """Where the median latency's seconds went (bench/requestlog.py ``admission_phases``)."""
 
     @property
     def window_renewals(self) -> int:
@@ -64,6 +66,9 @@ def report(figures: Figures, group: int) -> None:
         f"LIST {figures.window_verbs.get('LIST', 0)}"
     )
     print(f"  the latency window's writes by kind: {figures.window_kinds}")
+    if figures.phases:
+        spent = ", ".join(f"{what} {seconds * 1000:.0f} ms" for what, seconds in figures.phases.items())
+        print(f"  where the median latency went (from its start): {spent}")
     if figures.groups:
         print(
             f"  {figures.groups} groups of {group} at once: {figures.throughput_seconds:.2f}s, "

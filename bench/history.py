@@ -86,7 +86,7 @@ async def add_history(cluster: LocalCluster, world: World, nodes: list[Obj], run
     the adapter and the controller create evidence, not even the cluster's admin."""
     admin, namespace = cluster.admin, world.namespace
     body = profile_body(HISTORY_PROFILE, namespace, group)
-    body["spec"]["retention"] = {"keepTerminalRuns": runs}
+    body["spec"]["retention"] = {"keepTerminalRuns": max(1, runs)}  # the profile's minimum
     await world.add_profile(body)
     existing = (await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)))["items"]
     live = sum(1 for r in existing if (r.get("status") or {}).get("phase") == "Running")

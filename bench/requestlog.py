@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.ledger import LEDGER_NAME
 from shared import keys
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -108,3 +109,26 @@ def new_runs_status_cut(requests: Sequence[Request], since: float, count: int, e
         if len(patched) == count:
             return r.at
     return None
+
+
+def admission_phases(requests: Sequence[Request], start: float, requested: float, end: float) -> dict[str, float]:
+    """Where one admission window's seconds went (goal 1), from the controller's request log:
+    ``start`` the requester's first write, ``requested`` the moment its last was answered, ``end``
+    the Run's Running PATCH. Each phase in seconds: the requester's own writes (the controller
+    admits once a whole group is requested, often before the requester has its last answer);
+    from ``start`` to the admission's first write (the ledger's compare-and-swap, after the reads
+    of the source and the ledger); from there to the first Node PATCH (the Run, the ledger read
+    again, the snapshot); the Node PATCHes, first sent to last sent; the Workflow's create and the
+    Run's status. Empty when the window holds no ledger write or no Node PATCH."""
+    window = [r for r in requests if start <= r.at <= end]
+    ledger = [r.at for r in window if r.verb == "PUT" and r.path.endswith(f"/configmaps/{LEDGER_NAME}")]
+    patches = [r.at for r in window if r.verb == "PATCH" and r.path.startswith("/api/v1/nodes/")]
+    if not ledger or not patches:
+        return {}
+    return {
+        "requester's writes": requested - start,
+        "to the ledger write": ledger[0] - start,
+        "to the first Node PATCH": patches[0] - ledger[0],
+        "Node PATCHes": patches[-1] - patches[0],
+        "Workflow and Run status": end - patches[-1],
+    }
