@@ -61,6 +61,13 @@ def _embedded(run: Obj, entry: Obj, index: int, reported: str | None) -> CheckOu
     return CheckOutcome(index, name, verdict, problem, digest, evidence, per_participant, reported)
 
 
+def _index(entry: object) -> int:
+    """A check entry's index; -1 for an entry that is not an object with an integer index (a
+    boolean is not one, though Python compares False equal to 0)."""
+    index = entry.get("index") if isinstance(entry, dict) else None
+    return index if isinstance(index, int) and not isinstance(index, bool) else -1
+
+
 def adoption_problem(
     run: Obj,
     config_map: Obj,
@@ -86,7 +93,7 @@ def adoption_problem(
         outside = sorted(set(nodes) - names) if isinstance(nodes, dict) else []
         return f"it names Node(s) outside spec.participants: {', '.join(outside[:5]) or 'malformed nodes'}"
     checks = document.get("checks")
-    if not isinstance(checks, list) or sorted(c.get("index", -1) for c in checks) != list(range(len(spec["checks"]))):
+    if not isinstance(checks, list) or sorted(_index(c) for c in checks) != list(range(len(spec["checks"]))):
         return "it does not hold exactly one entry per check of the Run"
     if document.get("reason") == TOO_LARGE and all(c.get("evidence") is None for c in checks):
         if document.get("phase") == Phase.SUCCEEDED.value or Verdict.PASS.value in nodes.values():

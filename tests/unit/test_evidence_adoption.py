@@ -87,6 +87,14 @@ FORGERIES: dict[str, tuple[Callable[[Obj], None], str]] = {
     ),
     "no-check-entry": (lambda d: d["checks"].clear(), "exactly one entry per check"),
     "deadline-not-a-bool": (_set("deadlinePassed", "no"), "deadlinePassed is not a boolean"),
+    # Wrongly shaped documents are refused with a reason, never an exception that would leave
+    # the Run Running, retried for ever, instead of ending it Inconclusive.
+    "a-check-not-an-object": (lambda d: d["checks"].__setitem__(0, "x"), "exactly one entry per check"),
+    "an-index-not-a-number": (_set("checks.0.index", "0"), "exactly one entry per check"),
+    "an-index-a-boolean": (_set("checks.0.index", False), "exactly one entry per check"),
+    "nodes-not-an-object": (_set("nodes", ["n0"]), "malformed nodes"),
+    "a-verdict-not-a-string": (_set("nodes.n1", ["Pass"]), "other Node verdicts (for n1)"),
+    "participants-not-a-list": (_set("participants", "n0"), "participants are not the Run's"),
 }
 
 
