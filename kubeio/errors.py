@@ -79,13 +79,19 @@ class ServerError(ApiError):
     retryable = True
 
 
+MAX_RETRY_AFTER = 3600.0
+"""The longest Retry-After (header or ``details.retryAfterSeconds``) honoured, in seconds."""
+
+
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or an HTTP date); None if absent or bad."""
     if not value:
         return None
     text = value.strip()
     if text.isascii() and text.isdigit():
-        return float(int(text))
+        # More digits than an hour has never converts (float() of 400 digits overflows, int() of
+        # 5,000 is refused): any such wait is the longest Signal honours.
+        return MAX_RETRY_AFTER if len(text) > 6 else min(float(text), MAX_RETRY_AFTER)
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):
@@ -101,8 +107,8 @@ def error_for(status: int, body: Any, method: str, path: str, *, retry_after: fl
     if retry_after is None and isinstance(body, dict):
         details = body.get("details")
         seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
-        if isinstance(seconds, int) and seconds > 0:
-            retry_after = float(seconds)
+        if isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0:
+            retry_after = float(min(seconds, int(MAX_RETRY_AFTER)))
     kind: type[ApiError]
     if status == 404:
         kind = NotFound

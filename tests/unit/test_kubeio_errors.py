@@ -44,6 +44,21 @@ def test_error_for(status: int, reason: str, kind: type[ApiError], retryable: bo
     assert (error.status, error.reason, error.message) == (status, reason, "m")
 
 
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        pytest.param(10**400, 3600.0, id="more digits than a float holds"),
+        pytest.param(7200, 3600.0, id="longer than an hour"),
+        pytest.param(True, None, id="a boolean"),
+        pytest.param(0, None, id="zero"),
+        pytest.param("5", None, id="a string"),
+    ],
+)
+def test_retry_after_from_the_status_details_is_bounded(seconds: object, expected: float | None) -> None:
+    body = {"kind": "Status", "reason": "TooManyRequests", "details": {"retryAfterSeconds": seconds}}
+    assert error_for(429, body, "GET", "/p").retry_after == expected
+
+
 def test_retry_after_from_the_status_details_when_no_header() -> None:
     body = {"reason": "TooManyRequests", "message": "slow down", "details": {"retryAfterSeconds": 3}}
     assert error_for(429, body, "GET", "/p").retry_after == 3.0
@@ -69,6 +84,9 @@ def test_a_transport_error_is_a_retryable_api_error_that_says_what_failed() -> N
         pytest.param("soon", None, id="garbage"),
         pytest.param("Sun, 06 Nov 1994 08:49:47 GMT", 10.0, id="http date"),
         pytest.param("Sun, 06 Nov 1994 08:49:30 GMT", 0.0, id="http date in the past"),
+        pytest.param("7200", 3600.0, id="longer than an hour: an hour"),
+        pytest.param("9" * 400, 3600.0, id="more digits than a float holds"),
+        pytest.param("9" * 5000, 3600.0, id="more digits than int() converts"),
     ],
 )
 def test_parse_retry_after(value: str | None, expected: float | None) -> None:
