@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from controller.manifests import release_patch, reservation_patch
 from controller.nodes import NodeView, node_view, patch_basis
 from controller.runview import ParticipantRef, RunView
-from controller.state import Context, log
+from controller.state import Context, NotLeader, log
 from kubeio.client import resource_path
 from kubeio.errors import Conflict, NotFound
 
@@ -41,7 +41,8 @@ def _node_path(name: str) -> str:
 async def each_node(calls: Sequence[Callable[[], Awaitable[None]]], *, stop_at_first_error: bool) -> None:
     """Await ``calls``, ``NODE_WRITE_CONCURRENCY`` at a time, all started ones to their end.
     With ``stop_at_first_error`` those not started yet are skipped once one has failed. Raises
-    the first AdmissionAborted, else the first other error."""
+    the first NotLeader (this replica may no longer write), else the first AdmissionAborted, else
+    the first other error."""
     gate = asyncio.Semaphore(NODE_WRITE_CONCURRENCY)
     failed = False
 
@@ -58,9 +59,10 @@ async def each_node(calls: Sequence[Callable[[], Awaitable[None]]], *, stop_at_f
 
     outcomes = await asyncio.gather(*(one(call) for call in calls), return_exceptions=True)
     errors = [o for o in outcomes if isinstance(o, BaseException)]
+    fenced = [e for e in errors if isinstance(e, NotLeader)]  # the loop stops on it; hide it never
     aborted = [e for e in errors if isinstance(e, AdmissionAborted)]
-    if aborted or errors:
-        raise (aborted or errors)[0]
+    if errors:
+        raise (fenced or aborted or errors)[0]
 
 
 async def reserve_all(ctx: Context, run: RunView) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from controller.reservations import NODE_WRITE_CONCURRENCY, AdmissionAborted, each_node
+from controller.state import NotLeader
 from kubeio.errors import Conflict
 
 
@@ -100,3 +101,21 @@ async def test_without_stopping_every_write_is_tried_then_the_first_error_raised
     with pytest.raises(Conflict, match="n1 kept changing"):
         await each_node(writes.calls(), stop_at_first_error=False)
     assert sorted(writes.ended) == list(range(count))
+
+
+@pytest.mark.parametrize("stop_at_first_error", [True, False])
+async def test_a_lost_leadership_is_raised_before_any_other_error(stop_at_first_error: bool) -> None:
+    """Fencing wins: a Conflict or a refusal from the same batch must not hide that this replica
+    may no longer write (the loop stops on NotLeader; on a Conflict it would only requeue)."""
+    fail: dict[int, Exception] = {
+        0: Conflict(409, "Conflict", "n0 kept changing"),
+        1: AdmissionAborted("n1 gone"),
+        2: NotLeader("the Lease lapsed"),
+    }
+    writes = Writes(3, fail=fail)
+    task = asyncio.create_task(each_node(writes.calls(), stop_at_first_error=stop_at_first_error))
+    await writes.until_started(3)
+    for gate in writes.gates:  # in order: the Conflict ends first, the lost Lease last
+        gate.set()
+    with pytest.raises(NotLeader, match="lapsed"):
+        await task
