@@ -76,9 +76,13 @@ class Progress:
     nodes: list[str]
     known_runs: set[str]
     """Uids of the Runs that existed before the request: they do not cover it."""
+    profile: str
+    """The profile requested: only its Runs cover the request."""
     covering: dict[str, str] = field(default_factory=dict)
     """Node name -> uid of the Run admitted for it."""
     phases: dict[str, str] = field(default_factory=dict)
+    foreign: set[tuple[str, str]] = field(default_factory=set)
+    """(Node name, Run uid) of the other profiles' Runs already reported."""
 
     def observe(self, runs: list[Obj]) -> list[str]:
         """Lines for what changed in ``runs`` (the namespace's Runs) since the last call."""
@@ -88,12 +92,22 @@ class Progress:
             uid = run["metadata"]["uid"]
             if uid in self.known_runs:
                 continue
+            other = ((run.get("spec") or {}).get("profile") or {}).get("name")
             for p in sorted(run.get("spec", {}).get("participants") or [], key=lambda p: p["index"]):
-                if p["nodeName"] in self.nodes and p["nodeName"] not in self.covering:
-                    self.covering[p["nodeName"]] = uid
-                    lines.append(
-                        f"Node {p['nodeName']}: admitted into Run {run['metadata']['name']} as participant {p['index']}"
-                    )
+                if p["nodeName"] not in self.nodes or p["nodeName"] in self.covering:
+                    continue
+                if other != self.profile:  # e.g. another request replaced this one: it certifies nothing for us
+                    if (p["nodeName"], uid) not in self.foreign:
+                        self.foreign.add((p["nodeName"], uid))
+                        lines.append(
+                            f"Node {p['nodeName']}: admitted into Run {run['metadata']['name']} of profile {other}, "
+                            f"not {self.profile} (was the request replaced?); still waiting for a Run of {self.profile}"
+                        )
+                    continue
+                self.covering[p["nodeName"]] = uid
+                lines.append(
+                    f"Node {p['nodeName']}: admitted into Run {run['metadata']['name']} as participant {p['index']}"
+                )
         for uid in dict.fromkeys(self.covering.values()):
             current = by_uid.get(uid)
             if current is None:
@@ -162,7 +176,7 @@ async def cmd_request(kube: Kube, args: argparse.Namespace) -> int:
         print(f"Node {name}: requested for certification by {args.profile}{note}")
     if not args.wait:
         return 0
-    progress = Progress(list(nodes), known)
+    progress = Progress(list(nodes), known, args.profile)
     await _wait(
         kube, args, progress.observe, progress.done, f"the Run(s) certifying {', '.join(nodes)} to finish", progress
     )

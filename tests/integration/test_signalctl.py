@@ -535,3 +535,43 @@ async def test_describe_node_reports_a_detail_the_node_garbled_instead_of_a_trac
     assert rc == 0, out + err
     section = out.split(f"Profile {profile}:")[1]
     assert "Current:        NO" in section
+
+
+async def test_request_wait_never_counts_a_run_of_another_profile(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, kubeconfig: Path
+) -> None:
+    """`request P NODE --wait` took any new Run that held the Nodes for the one certifying them by
+    P: a Run of another profile (its request replaced this one, or its admission read the Nodes
+    just before this request) that succeeded made it exit 0, though P certified nothing."""
+    profile = f"mine-{namespace}"
+    await admin.create(resource_path(API, keys.PROFILE_PLURAL), profile_body(profile, namespace, 2))
+    process = None
+    try:
+        nodes = await _nodes(cluster, f"{namespace}-op", 2)
+        names = [n["metadata"]["name"] for n in nodes]
+        process = await asyncio.create_subprocess_exec(
+            SIGNALCTL,
+            *("request", profile, *names, "--wait", "--timeout", "6s", "-n", namespace),
+            *("--kubeconfig", str(kubeconfig)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        seen: list[str] = []
+        await _line_with(process.stdout, "requested for certification", seen)
+        other = await running_run(admin, namespace, nodes, f"other-{namespace}", started=STARTED)
+        await admin.merge_patch(
+            resource_path(API, keys.RUN_PLURAL, namespace, other["metadata"]["name"], "status"),
+            {"status": {"phase": "Succeeded", "reason": "AllChecksPassed", "message": "ok"}},
+        )
+        rest, err = await asyncio.wait_for(process.communicate(), 30)
+        out = "\n".join(seen) + "\n" + rest.decode()
+        assert process.returncode == 1, out + err.decode()
+        assert f"admitted into Run {other['metadata']['name']} as participant" not in out
+        assert f"of profile other-{namespace}, not {profile}" in out
+        assert "timed out" in err.decode()
+    finally:
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.communicate()
+        await admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=profile))

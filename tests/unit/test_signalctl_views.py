@@ -152,7 +152,7 @@ def test_request_refuses_missing_and_reserved_nodes_unless_forced() -> None:
 
 
 def test_progress_prints_each_admission_and_phase_change_once() -> None:
-    progress = actions.Progress(["n0", "n1"], known_runs={"old"})
+    progress = actions.Progress(["n0", "n1"], known_runs={"old"}, profile="gpu")
     older = run("old-run", uid="old", phase="Succeeded")
     assert progress.observe([older]) == []
     fresh = run("r2", uid="new", phase="Admitted")
@@ -171,7 +171,7 @@ def test_progress_prints_each_admission_and_phase_change_once() -> None:
 
 
 def test_progress_is_not_done_until_every_node_is_covered() -> None:
-    progress = actions.Progress(["n0", "n9"], known_runs=set())
+    progress = actions.Progress(["n0", "n9"], known_runs=set(), profile="gpu")
     progress.observe([run(uid="a", nodes=1, phase="Succeeded")])
     assert not progress.done()
     assert progress.observe([]) == ["Run with uid a was deleted"]
