@@ -2,15 +2,17 @@
 
 1. add the group to the admission ledger (compare-and-swap: budgets and Node uniqueness);
 2. create the Run (deterministic name);
-3. re-read the ledger: our fence and our group must still be there (else roll back);
-4. create the Run-owned immutable snapshot ConfigMap with the source's exact bytes;
-5. reserve every Node, one patch each, conditioned on the resourceVersion it was decided on
+3. re-read the ledger: our fence and our group must still be there (else roll back); and, at
+   the same time, create the Run-owned immutable snapshot ConfigMap with the source's exact
+   bytes;
+4. reserve every Node, one patch each, conditioned on the resourceVersion it was decided on
    (several at once: controller/reservations.py ``each_node``);
-6. create the Workflow and mark the Run Running.
+5. create the Workflow and mark the Run Running.
 
 A crash between any two writes leaves a state that recovery completes or rolls back. Any
 failure part-way rolls back every reservation made (``rollback``)."""
 
+import asyncio
 import contextlib
 
 from controller import events
@@ -96,15 +98,23 @@ def _same_admission(existing: Obj, wanted: Obj) -> bool:
 
 
 async def complete_admission(ctx: Context, run: RunView, source: Obj | None) -> Obj:
-    """Steps 3-6 for a Run that exists; also how recovery finishes a half-admitted Run.
+    """Steps 3-5 for a Run that exists; also how recovery finishes a half-admitted Run.
     ``source`` is the verified source ConfigMap, or None to re-read and re-verify it."""
     name = run.name
-    ledger = await ctx.read_ledger()
-    if name not in ledger.groups:
+    # The ledger's re-read and the snapshot at once (one round trip less before the first Node
+    # write): a snapshot is the Run's own object, harmless until a Node is reserved, and goes
+    # with the Run if the ledger no longer holds the group. No Node is written before both end.
+    reading, snapshot = await asyncio.gather(
+        ctx.read_ledger(), _ensure_snapshot(ctx, run, source), return_exceptions=True
+    )
+    if isinstance(reading, BaseException):
+        raise reading
+    if name not in reading.groups:
         await rollback(ctx, run, "the admission ledger does not hold this group")
         raise AdmissionAborted(f"Run {name}: group missing from the admission ledger")
     try:
-        await _ensure_snapshot(ctx, run, source)
+        if isinstance(snapshot, BaseException):
+            raise snapshot
         await reserve_all(ctx, run)
     except AdmissionAborted as exc:
         await rollback(ctx, run, str(exc))
