@@ -93,8 +93,10 @@ class ControllerProcess:
         )
         log.close()
 
-    def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-3000:] for p in sorted(self.workdir.glob("controller-*.log")))
+    def logs(self, tail: int | None = 3000) -> str:
+        """The controller's log files, each cut to its last ``tail`` characters (None: whole)."""
+        texts = [p.read_text(errors="replace") for p in sorted(self.workdir.glob("controller-*.log"))]
+        return "\n".join(t if tail is None else t[-tail:] for t in texts)
 
     async def wait_exit(self, timeout: float = 60.0) -> int:
         assert self.process is not None
