@@ -281,6 +281,36 @@ async def _line_with(stream: asyncio.StreamReader, text: str, seen: list[str], t
             return line
 
 
+@contextlib.asynccontextmanager
+async def _request_waiting(
+    cluster: LocalCluster, admin: KubeClient, kubeconfig: Path, namespace: str, profile: str, timeout: str
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, list[Obj], list[str]]]:
+    """A profile ``profile`` of two Nodes and two new Nodes, and `signalctl request PROFILE NODE...
+    --wait` running over them, once it has said the Nodes are requested. Yields the process, the
+    Nodes and the lines it printed so far; on the way out the process is killed if still running
+    and the profile deleted."""
+    await admin.create(resource_path(API, keys.PROFILE_PLURAL), profile_body(profile, namespace, 2))
+    process = None
+    try:
+        nodes = await _nodes(cluster, f"{profile}-n", 2)
+        process = await asyncio.create_subprocess_exec(
+            SIGNALCTL,
+            *("request", profile, *(n["metadata"]["name"] for n in nodes), "--wait", "--timeout", timeout),
+            *("-n", namespace, "--kubeconfig", str(kubeconfig)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        assert process.stdout is not None
+        seen: list[str] = []
+        await _line_with(process.stdout, "requested for certification", seen)
+        yield process, nodes, seen
+    finally:
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.communicate()
+        await admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=profile))
+
+
 async def test_request_wait_follows_each_check_node_by_node_to_the_end(
     cluster: LocalCluster, admin: KubeClient, namespace: str, kubeconfig: Path
 ) -> None:
@@ -288,21 +318,9 @@ async def test_request_wait_follows_each_check_node_by_node_to_the_end(
     really ran and ended on each Node under the process kubelet), its verdict as its evidence
     lands, and the Run's end."""
     profile = f"w-{namespace}"
-    await admin.create(resource_path(API, keys.PROFILE_PLURAL), profile_body(profile, namespace, 2))
-    process = None
-    try:
-        nodes = await _nodes(cluster, f"{namespace}-wt", 2)
-        names = [n["metadata"]["name"] for n in nodes]
-        process = await asyncio.create_subprocess_exec(
-            SIGNALCTL,
-            *("request", profile, *names, "--wait", "--timeout", "90s", "-n", namespace),
-            *("--kubeconfig", str(kubeconfig)),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+    async with _request_waiting(cluster, admin, kubeconfig, namespace, profile, "90s") as (process, nodes, seen):
         assert process.stdout is not None
-        seen: list[str] = []
-        await _line_with(process.stdout, "requested for certification", seen)
+        names = [n["metadata"]["name"] for n in nodes]
         # Stand in for the controller and the adapter: admit the Nodes into a Run, run one
         # backend Pod per Node (really, under the process kubelet), store the evidence, finish.
         run = await running_run(admin, namespace, nodes, profile, started=STARTED)
@@ -343,11 +361,6 @@ async def test_request_wait_follows_each_check_node_by_node_to_the_end(
         assert f"Node {names[0]}: admitted into Run {name} as participant 0" in out
         assert f"Run {namespace}/{name}: Succeeded (AllChecksPassed: ok)" in out
         assert out.index("1/2 Nodes done") < out.index("check-0 (Pod): Pass") < out.index("Succeeded (")
-    finally:
-        if process is not None and process.returncode is None:
-            process.kill()
-            await process.communicate()
-        await admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=profile))
 
 
 async def test_describe_node_shows_every_projection_the_run_and_evidence_and_whether_current(
@@ -544,21 +557,7 @@ async def test_request_wait_never_counts_a_run_of_another_profile(
     P: a Run of another profile (its request replaced this one, or its admission read the Nodes
     just before this request) that succeeded made it exit 0, though P certified nothing."""
     profile = f"mine-{namespace}"
-    await admin.create(resource_path(API, keys.PROFILE_PLURAL), profile_body(profile, namespace, 2))
-    process = None
-    try:
-        nodes = await _nodes(cluster, f"{namespace}-op", 2)
-        names = [n["metadata"]["name"] for n in nodes]
-        process = await asyncio.create_subprocess_exec(
-            SIGNALCTL,
-            *("request", profile, *names, "--wait", "--timeout", "6s", "-n", namespace),
-            *("--kubeconfig", str(kubeconfig)),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        assert process.stdout is not None
-        seen: list[str] = []
-        await _line_with(process.stdout, "requested for certification", seen)
+    async with _request_waiting(cluster, admin, kubeconfig, namespace, profile, "6s") as (process, nodes, seen):
         other = await running_run(admin, namespace, nodes, f"other-{namespace}", started=STARTED)
         await admin.merge_patch(
             resource_path(API, keys.RUN_PLURAL, namespace, other["metadata"]["name"], "status"),
@@ -570,8 +569,3 @@ async def test_request_wait_never_counts_a_run_of_another_profile(
         assert f"admitted into Run {other['metadata']['name']} as participant" not in out
         assert f"of profile other-{namespace}, not {profile}" in out
         assert "timed out" in err.decode()
-    finally:
-        if process is not None and process.returncode is None:
-            process.kill()
-            await process.communicate()
-        await admin.delete(resource_path(API, keys.PROFILE_PLURAL, name=profile))
