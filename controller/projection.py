@@ -59,12 +59,16 @@ def supersedes(new: dict[str, str], old: dict[str, str] | None) -> bool:
     return new["runCreated"] > old_created
 
 
-def projection_patch(node: Obj, profile: str, new: dict[str, str]) -> Obj | None:
+def projection_patch(
+    node: Obj, profile: str, new: dict[str, str], *, on_record: Mapping[str, str] | None = None
+) -> Obj | None:
     """Merge patch (conditioned on the Node's resourceVersion) projecting ``new``, or None
-    when the Node already carries it or a newer result."""
+    when the Node already carries it, or when the profile's record (``on_record``: its entry
+    for this Node, which the record keeps monotonic) holds another Run's result. The Node's own
+    annotation is never compared with: its kubelet can write it (a far-future ``runCreated``
+    would otherwise hold a real result off until the next re-assertion)."""
     key = keys.certified_label(profile)
-    old = recorded(node, profile)
-    if not supersedes(new, old):
+    if on_record is not None and on_record.get("runUID") != new["runUID"] and not supersedes(new, dict(on_record)):
         return None
     labels = node.get("metadata", {}).get("labels") or {}
     encoded = json.dumps(new, sort_keys=True, separators=(",", ":"))

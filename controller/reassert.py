@@ -11,7 +11,7 @@ of it.
   conditioned on the Node's resourceVersion, with a Warning Event ``ProjectionTampered`` on the
   Node and ``signal_projection_tampered_total{profile}``. A Node with no entry (or replaced:
   another uid) carries no result at all. A difference is judged against the record read afresh
-  (the cached profile can lag the Node: ``_read_record``).
+  (the cached profile can lag the Node: ``read_record``).
 
 A record the controller cannot decode is treated as empty (fail closed: no Node keeps a
 result from it) and logged.
@@ -56,18 +56,21 @@ def run_entries(run: Obj, node_verdicts: Mapping[str, str], digest: str, complet
     }
 
 
-async def record_run(ctx: Context, run: Obj, node_verdicts: Mapping[str, str], digest: str, completed: str) -> None:
-    """Merge a finished Run's results into its profile's record (safe to repeat)."""
+async def record_run(
+    ctx: Context, run: Obj, node_verdicts: Mapping[str, str], digest: str, completed: str
+) -> dict[str, certified.Entry] | None:
+    """Merge a finished Run's results into its profile's record (safe to repeat); the record as
+    it stands afterwards (None when the profile is gone), which projection is decided against."""
     name = run["spec"]["profile"]["name"]
     entries = run_entries(run, node_verdicts, digest, completed)
     for _ in range(RECORD_ATTEMPTS):
         profile = await ctx.kube.get_or_none(profile_path(name))
         if profile is None:
             log.warning("profile gone; the Run's results are kept only in its evidence", run=run["metadata"]["name"])
-            return
+            return None
         merged = certified.with_run(record_of(profile), entries)
         if merged is None:
-            return
+            return record_of(profile)
         meta = profile["metadata"]
         patch = {
             "metadata": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
@@ -75,7 +78,7 @@ async def record_run(ctx: Context, run: Obj, node_verdicts: Mapping[str, str], d
         }
         try:
             await ctx.kube.merge_patch(profile_path(name, "status"), patch)
-            return
+            return merged
         except Conflict:
             continue
     raise Conflict(
@@ -83,7 +86,7 @@ async def record_run(ctx: Context, run: Obj, node_verdicts: Mapping[str, str], d
     )
 
 
-async def _read_record(ctx: Context, profile: str) -> dict[str, certified.Entry] | None:
+async def read_record(ctx: Context, profile: str) -> dict[str, certified.Entry] | None:
     """The profile's record as the API server has it now (None: the profile is gone).
 
     The cached profile can lag the cached Node: a Run's result is recorded before it is
@@ -103,14 +106,14 @@ async def reassert_projections(ctx: Context) -> int:
     profiles = sorted(ctx.profiles.items.values(), key=lambda p: p["metadata"]["name"])
     records = {p["metadata"]["name"]: record_of(p) for p in profiles}
     read: set[str] = set()
-    # Every Node is seen as the cache had it here, before any read below (see _read_record).
+    # Every Node is seen as the cache had it here, before any read below (see read_record).
     for node in sorted(ctx.nodes.items.values(), key=lambda n: n.name):
         for profile in list(records):
             entry = certified.current(records[profile], node.name, node.uid)
             meta, status, differs = reassert_patches(profile, entry, dict(node.projection), node.resource_version)
             if differs and profile not in read:
                 read.add(profile)
-                fresh = await _read_record(ctx, profile)
+                fresh = await read_record(ctx, profile)
                 if fresh is None:
                     del records[profile]
                     continue
