@@ -52,7 +52,7 @@ recursive steps template with input ``index`` (default ``"0"``).
 * Placement (docs/security.md, "Adapter containment"): every step Pod holds the adapter's
   token, so none may run on a Node under test. The Workflow-level ``affinity`` (Argo applies
   it to every Pod of the Workflow) requires Nodes *without* Signal's request label
-  (``projectsignal.dev/certify``) and reservation label (``projectsignal.dev/reserved-by``);
+  (``node-restriction.kubernetes.io/signal.certify``) and reservation label (``projectsignal.dev/reserved-by``);
   the template tolerates no Signal taint, so a cordoned (reserved) Node is out as well. An
   operator marks trusted Nodes with ``StepPlacement`` (a ``nodeSelector`` and tolerations for
   those Nodes' own taints), or patches ``spec.nodeSelector`` / ``spec.tolerations`` in an

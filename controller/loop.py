@@ -31,7 +31,7 @@ from typing import Any
 from controller import metrics
 from controller.ending import end_profile, end_run
 from controller.ledger import LedgerError
-from controller.lifecycle import enforce_retention, recur
+from controller.lifecycle import enforce_retention, recur, warn_legacy_requests
 from controller.nodes import NodeView
 from controller.profiles import reconcile_profile
 from controller.reassert import reassert_projections
@@ -184,7 +184,7 @@ class Controller:
         if key.kind is Kind.GROUPS:
             passes: list[Callable[[Context], Awaitable[object]]] = [recover, enforce_retention]
             if resync:  # Node projections from the profiles' records (issue 12; controller/reassert.py)
-                passes.append(reassert_projections)
+                passes += [reassert_projections, warn_legacy_requests]
             await each_pass(self.ctx, passes)
             self.refresh_metrics()
             return Done()

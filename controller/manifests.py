@@ -217,13 +217,16 @@ def reservation_patch(node: Mapping[str, Any], run: Mapping[str, Any], index: in
 
 
 def release_patch(
-    node: Mapping[str, Any], run_uid: str, *, restore_request: bool = False, next_attempt: int | None = None
+    node: Mapping[str, Any], run_uid: str, *, restore_request: str | None = None, next_attempt: int | None = None
 ) -> dict[str, Any] | None:
     """Merge patch removing a Run's reservation, or None when the Node is not held by it.
     Only Signal's own taint is removed: an operator's cordon (spec.unschedulable) stays.
-    ``restore_request`` (rollback of an admission that never completed, or a retry) gives the
-    Node its certification request back, unless it carries a newer one; ``next_attempt``
-    (a retry) records the attempt number the next admission of that request takes."""
+    ``restore_request`` (rollback of an admission that never completed, or a retry) is the
+    profile whose certification request the Node gets back, unless it carries a newer one: the
+    Run's profile (or its ledger group's), never the profile the reservation annotation names,
+    which the Node's own kubelet can rewrite (the request label is one a kubelet cannot write,
+    and a release must not write it on a kubelet's word). ``next_attempt`` (a retry) records the
+    attempt number the next admission of that request takes."""
     labels = node.get("metadata", {}).get("labels") or {}
     taints = node.get("spec", {}).get("taints") or []
     ours = labels.get(keys.RESERVED_BY_LABEL) == run_uid
@@ -237,13 +240,14 @@ def release_patch(
         patch["metadata"]["annotations"] = {keys.RESERVATION_ANNOTATION: None}
         annotations = node.get("metadata", {}).get("annotations") or {}
         detail = _detail_of(annotations.get(keys.RESERVATION_ANNOTATION, ""))
-        request = str(detail.get("request", ""))
-        if restore_request and request and keys.CERTIFY_LABEL not in labels:
+        request = restore_request
+        if request and keys.CERTIFY_LABEL not in labels:
             patch["metadata"]["labels"][keys.CERTIFY_LABEL] = request
+            attempt = detail.get("nextAttempt")
             if next_attempt is not None:
                 patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = f"{request}:{next_attempt}"
-            elif isinstance(detail.get("nextAttempt"), str):
-                patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = detail["nextAttempt"]
+            elif isinstance(attempt, str) and attempt.startswith(f"{request}:"):
+                patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = attempt
     patch["spec"] = {"taints": remaining or None}
     return patch
 

@@ -27,7 +27,7 @@ from controller import metrics
 from controller.admission import admit
 from controller.reservations import AdmissionAborted
 from controller.selection import Selection, Shortfall, select_participants
-from controller.sources import SourceCheck, verify_source
+from controller.sources import SourceCheck, source_namespace_refused, verify_source
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from shared import keys
@@ -109,6 +109,9 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
         # so the reads that would only feed it are held back with it (the key comes back).
         return wait
     ref = profile.spec.source
+    refused = source_namespace_refused(profile, ctx.namespace, ctx.source_namespaces)
+    if refused is not None:  # nothing is read from a namespace sources may not come from
+        return await _set_status(ctx, raw, refused, None)
     # Both uncached reads at once (one round trip less before an admission's first write); the
     # ledger read is used only when the source verifies.
     source, ledger = await asyncio.gather(

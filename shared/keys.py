@@ -19,8 +19,13 @@ RUN_KIND: Final = "CertificationRun"
 RUN_PLURAL: Final = "certificationruns"
 
 # Set by an operator (or the recurrence policy) to request certification of a Node
-# by the named profile; only Nodes carrying it are candidates.
-CERTIFY_LABEL: Final = f"{GROUP}/certify"
+# by the named profile; only Nodes carrying it are candidates. Under the prefix NodeRestriction
+# keeps from kubelets, so that no Node requests itself (or a group of its choice); the
+# ``signal.`` form never collides with the per-profile result labels (``signal-<profile>``).
+CERTIFY_LABEL: Final = "node-restriction.kubernetes.io/signal.certify"
+# The request label of earlier versions: its own kubelet can write it, so it requests nothing;
+# a Node carrying it gets a Warning Event saying which label to use.
+LEGACY_CERTIFY_LABEL: Final = f"{GROUP}/certify"
 # Reservation of a Node by a Run: label (Run uid) for selection, annotation for detail.
 RESERVED_BY_LABEL: Final = f"{GROUP}/reserved-by"
 RESERVATION_ANNOTATION: Final = f"{GROUP}/reservation"
