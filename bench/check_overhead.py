@@ -50,9 +50,9 @@ from bench.requestlog import RequestLog
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys
-from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.digests import bundle_digest
 from shared.evidence import decode_document
+from shared.runevidence import RUN_EVIDENCE_SCHEMAS, config_map_names, materialize
 from tests.controller_support import ControllerProcess, World, install_rbac, profile_body
 from tests.realnode_support import install_workflow_template
 
@@ -205,8 +205,12 @@ async def run(cluster: LocalCluster, checks: int, participants: int, seconds: fl
     evidence = await cluster.admin.get(
         resource_path("v1", "configmaps", namespace, final["status"]["evidence"]["configMap"])
     )
-    document, _ = decode_document(evidence, RUN_EVIDENCE_SCHEMA)
-    times = check_times(document, created)
+    document, _ = decode_document(evidence, RUN_EVIDENCE_SCHEMAS)
+    stored = {
+        i: await cluster.admin.get(resource_path("v1", "configmaps", namespace, cm))
+        for i, cm in config_map_names(final, document).items()
+    }
+    times = check_times(materialize(final, document, stored), created)
     total = ended - created
     scripts_total = sum(t.script for t in times)
     overhead = (total - scripts_total) / checks

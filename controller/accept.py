@@ -5,8 +5,10 @@ the result onto the Nodes, and end the Run. Safe to repeat and to interrupt, in 
 1. the Run's evidence ConfigMap ``<run>-evidence`` (immutable, with a controller
    ownerReference to the Run). If it already exists, its recorded decision is the decision (a
    retry never decides twice), but only if it is adopted (controller/evidence_adoption.py): this Run
-   owns it as controller, and re-deriving the decision from the check evidence embedded in it
-   and the digests reported to Argo gives the same phase and per-Node verdicts. A document that
+   owns it as controller, and re-deriving the decision from the check evidence it names (v2:
+   the check evidence ConfigMaps, read again and matched to the digests it records; an old v1
+   document: the evidence embedded in it) and the digests reported to Argo gives the same
+   phase and per-Node verdicts. A document that
    is not adopted ends the Run ``Inconclusive`` (reason ``EvidenceNotAdopted``, naming the
    ConfigMap), with a warning Event ``EvidenceRejected`` and the metric
    ``signal_evidence_rejected_total``; its participants get ``Inconclusive``;
@@ -31,10 +33,11 @@ from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import AlreadyExists, Conflict, NotFound
 from shared import certified, keys
-from shared.acceptance import RUN_EVIDENCE_SCHEMA, CheckInput, RunDecision, assess_check, decide, run_document
+from shared.acceptance import CheckInput, RunDecision, assess_check, decide, run_document
 from shared.conditions import set_condition
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, EvidenceError, config_map, decode_document
 from shared.run import Phase, Verdict
+from shared.runevidence import RUN_EVIDENCE_SCHEMAS
 
 NODE_PATCH_ATTEMPTS = 5
 NOT_ADOPTED = "EvidenceNotAdopted"
@@ -85,15 +88,23 @@ async def _node_uids(ctx: Context, run: Obj) -> dict[str, str | None]:
     return uids
 
 
-async def _check_digests(ctx: Context, run: Obj, workflow: Obj | None) -> dict[int, str]:
+async def _check_config_maps(ctx: Context, run: Obj) -> dict[int, Obj | None]:
+    """Every check's evidence ConfigMap under the adapter's name (None: absent), uncached."""
+    path = resource_path("v1", "configmaps", ctx.namespace)
+    name = run["metadata"]["name"]
+    return {
+        index: await ctx.kube.get_or_none(f"{path}/{check_evidence_name(name, index)}")
+        for index in range(len(run["spec"]["checks"]))
+    }
+
+
+def _check_digests(run: Obj, workflow: Obj | None, stored: dict[int, Obj | None]) -> dict[int, str]:
     """Per check, the digest the adapter reported to Argo; once the Workflow no longer says,
     the digest of the stored check evidence ConfigMap (Run-owned; admission-protected)."""
     found = reported_digests(workflow)
-    path = resource_path("v1", "configmaps", ctx.namespace)
-    for index in range(len(run["spec"]["checks"])):
+    for index, cm in stored.items():
         if index in found:
             continue
-        cm = await ctx.kube.get_or_none(f"{path}/{check_evidence_name(run['metadata']['name'], index)}")
         owners = {r.get("uid") for r in ((cm or {}).get("metadata") or {}).get("ownerReferences") or []}
         if cm is None or run["metadata"]["uid"] not in owners:
             continue
@@ -107,19 +118,21 @@ async def _adopt(ctx: Context, run: Obj, workflow: Obj | None, existing: Obj) ->
     meta = run["metadata"]
     name = f"{ctx.namespace}/{evidence_name(meta['name'])}"
     try:
-        document, digest = decode_document(existing, RUN_EVIDENCE_SCHEMA)
+        document, digest = decode_document(existing, RUN_EVIDENCE_SCHEMAS)
     except EvidenceError as exc:
         raise NotAdopted(name, f"it is unreadable: {exc}") from exc
     phase = (
         (workflow or {}).get("status", {}).get("phase") if workflow else (document.get("workflow") or {}).get("phase")
     )
+    stored = await _check_config_maps(ctx, run)
     problem = adoption_problem(
         run,
         existing,
         document,
-        reported=await _check_digests(ctx, run, workflow),
+        reported=_check_digests(run, workflow, stored),
         node_uids=await _node_uids(ctx, run),
         workflow_phase=phase,
+        check_config_maps=stored,
     )
     if problem is not None:
         raise NotAdopted(name, problem)
@@ -135,11 +148,11 @@ async def _decide(ctx: Context, run: Obj, workflow: Obj | None, deadline_passed:
     existing = await ctx.kube.get_or_none(f"{path}/{name}")
     if existing is None:
         reported = reported_digests(workflow)
-        outcomes = []
-        for index in range(len(run["spec"]["checks"])):
-            cm_name = check_evidence_name(meta["name"], index)
-            cm = await ctx.kube.get_or_none(f"{path}/{cm_name}")
-            outcomes.append(assess_check(run, CheckInput(index, cm_name, cm, reported.get(index))))
+        stored = await _check_config_maps(ctx, run)
+        outcomes = [
+            assess_check(run, CheckInput(index, check_evidence_name(meta["name"], index), cm, reported.get(index)))
+            for index, cm in stored.items()
+        ]
         uids = await _node_uids(ctx, run)
         phase = (workflow or {}).get("status", {}).get("phase")
         decision = decide(run, outcomes, node_uids=uids, workflow_phase=phase, deadline_passed=deadline_passed)
@@ -151,10 +164,10 @@ async def _decide(ctx: Context, run: Obj, workflow: Obj | None, deadline_passed:
                 name=name, namespace=ctx.namespace, owner=_owner(run), labels=labels, document=document
             )
         except EvidenceError as exc:
+            # Not expected: a v2 document is bounded by the checks and participants a Run may
+            # have (docs/reference.md, "Evidence sizes"); kept so that it still ends, fail closed.
             stripped = _too_large(run, decision, str(exc))
             document = run_document(run, stripped, workflow=workflow, decided_at=ctx.timestamp())
-            for check in document["checks"]:
-                check["evidence"] = None
             body, digest, size = config_map(
                 name=name, namespace=ctx.namespace, owner=_owner(run), labels=labels, document=document
             )

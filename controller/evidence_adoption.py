@@ -7,15 +7,20 @@ identity the admission policy failed to stop). It is adopted only if
 
 1. its ConfigMap has a *controller* ownerReference to this Run (uid);
 2. it names this Run (namespace, name, uid) and exactly the Run's participants;
-3. it has one entry per check of the Run, and every check's embedded evidence matches the
-   digest it records and the digest the adapter reported to Argo (``reported``: from the
-   Workflow, or from the stored check evidence ConfigMap once the Workflow is gone);
-4. re-deriving the decision from that embedded evidence (shared/acceptance.py, with the Nodes'
+3. it has one entry per check of the Run, and every check's evidence matches the digest it
+   records and the digest the adapter reported to Argo (``reported``: from the Workflow, or
+   from the stored check evidence ConfigMap once the Workflow is gone). A v2 document names
+   each check's evidence ConfigMap: it is read again (``check_config_maps``) and counts only
+   when it is the Run's own and has the recorded digest (shared/runevidence.py); a missing or
+   altered one makes that check Inconclusive, so a recorded Pass no longer re-derives. An old
+   v1 document embeds the evidence;
+4. re-deriving the decision from that evidence (shared/acceptance.py, with the Nodes'
    uids as they are now and the Workflow phase) gives the same phase and the same verdict for
    every Node, and it names no Node outside ``spec.participants``.
 
 A document whose checks carry no evidence because it was too large (reason
-``EvidenceTooLarge``) cannot be re-derived; it is adopted only if it certifies nothing (no
+``EvidenceTooLarge``; a v1 document, or a v2 one, which the limits should never let happen)
+is not re-derived; it is adopted only if it certifies nothing (no
 ``Succeeded``, no ``Pass``). Anything else is refused with the reason, and the Run ends
 Inconclusive (controller/accept.py).
 """
@@ -25,6 +30,7 @@ from typing import Any
 from shared.acceptance import CheckOutcome, decide, validate_check
 from shared.digests import canonical_json, sha256_digest
 from shared.run import Phase, Verdict
+from shared.runevidence import materialize
 
 Obj = dict[str, Any]
 TOO_LARGE = "EvidenceTooLarge"
@@ -76,8 +82,10 @@ def adoption_problem(
     reported: dict[int, str],
     node_uids: dict[str, str | None],
     workflow_phase: str | None,
+    check_config_maps: dict[int, Obj | None] | None = None,
 ) -> str | None:
-    """None when ``document`` (decoded from ``config_map``) may be adopted; else why not."""
+    """None when ``document`` (decoded from ``config_map``) may be adopted; else why not.
+    ``check_config_maps``: each check's evidence ConfigMap as stored now (v2 documents)."""
     meta, spec = run["metadata"], run["spec"]
     if not controller_owned(config_map, run):
         return "it has no controller ownerReference to this Run"
@@ -99,6 +107,7 @@ def adoption_problem(
         if document.get("phase") == Phase.SUCCEEDED.value or Verdict.PASS.value in nodes.values():
             return "it claims a pass without any check evidence"
         return None
+    checks = materialize(run, document, check_config_maps or {})["checks"]
     outcomes: list[CheckOutcome] = []
     for entry in sorted(checks, key=lambda c: c["index"]):
         outcome = _embedded(run, entry, entry["index"], reported.get(entry["index"]))

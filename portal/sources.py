@@ -2,8 +2,10 @@
 turns that into the index: list-watch caches of Runs (in ``--namespace``s, or all), profiles
 (reduced to their checks and freshness window), Nodes (reduced to identity, health and
 capacity: portal/health.py) and the metadata of evidence ConfigMaps; evidence documents
-fetched by name on demand and cached by (ConfigMap uid, recorded digest), so a ConfigMap
-replaced under the same name is read again. It only ever GETs, LISTs and WATCHes.
+fetched by name on demand and cached by (ConfigMap uid, recorded digest, and for a v2 document
+the uids of the check evidence ConfigMaps it names, each fetched too and accepted only with the
+digest the Run document names: shared/runevidence.py), so a ConfigMap replaced or deleted
+under the same name is read again. It only ever GETs, LISTs and WATCHes.
 
 A refresh (after any change, debounced, and at least every ``resync`` seconds so results go
 Stale on time) re-derives and re-classifies only the Runs whose inputs changed, then builds
@@ -39,11 +41,13 @@ from portal.index import Entry, Index, RegisteredCheck, entry_of
 from shared import keys
 from shared.classify import freshness_window
 from shared.envelope import RunEvidence, State, ValidationResult, Verification, derive, read_run_evidence
+from shared.runevidence import config_map_names, materialize
 
 log = structlog.get_logger("portal")
 EVIDENCE_SELECTOR = f"{keys.COMPONENT_LABEL}=evidence"
 FAR = datetime.max.replace(tzinfo=UTC)
-NOT_CACHED: tuple[str, str] = ("", "")
+CacheKey = tuple[str, ...]
+NOT_CACHED: CacheKey = ("", "")
 """The document-cache key of evidence that was not derived from a fetched body."""
 MAX_AGE_RESYNCS = 2
 """How many resync periods the served snapshot may age before the portal is not ready."""
@@ -124,7 +128,7 @@ class Sources:
         self.nodes = Informer(kube, resource_path("v1", "nodes"), reduce_node)
         self.index = Index([])
         self.built = asyncio.Event()
-        self._documents: dict[tuple[str, str], RunEvidence] = {}
+        self._documents: dict[CacheKey, RunEvidence] = {}
         self._runs: dict[str, _RunCache] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -180,7 +184,7 @@ class Sources:
     def _windows(self) -> dict[str, timedelta]:
         return {p.name: p.window for p in self.profiles.items.values()}
 
-    async def _read_evidence(self, run: Obj, config_maps: dict[str, str]) -> tuple[tuple[str, str], RunEvidence]:
+    async def _read_evidence(self, run: Obj, config_maps: dict[str, str]) -> tuple[CacheKey, RunEvidence]:
         """The Run's evidence, and its document-cache key (NOT_CACHED unless read from a body)."""
         meta, status = run["metadata"], run.get("status") or {}
         ref = status.get("evidence") or {}
@@ -189,7 +193,11 @@ class Sources:
         uid = config_maps.get(f"{namespace}/{name}")
         if not name or not digest or uid is None:
             return NOT_CACHED, read_run_evidence(None, expected_digest=digest or None)
-        cache_key = (uid, digest)
+        checks = [
+            config_maps.get(f"{namespace}/{keys.check_evidence_name(str(meta.get('name')), i)}", "")
+            for i in range(len(run["spec"]["checks"]))
+        ]
+        cache_key = (uid, digest, *checks)
         known = self._documents.get(cache_key)
         if known is not None:
             return cache_key, known
@@ -219,8 +227,36 @@ class Sources:
                 Verification.MISSING, f"{where} is being replaced; read again at the next refresh"
             )
         result = read_run_evidence(body, expected_digest=digest)
+        if result.document is not None and config_map_names(run, result.document):
+            try:
+                stored = await self._check_config_maps(run, result.document, checks)
+            except ApiError as exc:
+                log.warning("evidence unreadable", run=meta.get("name"), namespace=namespace, error=str(exc)[:300])
+                message = (
+                    f"the portal could not read a check evidence ConfigMap of Run {namespace}/{meta.get('name')} "
+                    f"({exc.status} {exc.reason}); read again at the next refresh: {exc.message}"
+                )
+                return NOT_CACHED, RunEvidence(Verification.MISSING, message[:1024])
+            document = materialize(run, result.document, stored)
+            result = RunEvidence(result.verification, result.message, document, result.digest)
         self._documents[cache_key] = result
         return cache_key, result
+
+    async def _check_config_maps(self, run: Obj, document: Obj, uids: list[str]) -> dict[int, Obj | None]:
+        """The check evidence ConfigMaps a v2 document names, as stored (None: absent, per the
+        list-watch cache or the GET); raise ApiError when one cannot be read now."""
+        namespace = run["metadata"]["namespace"]
+        found: dict[int, Obj | None] = {}
+        for index, name in config_map_names(run, document).items():
+            if not uids[index]:
+                found[index] = None
+                continue
+            metrics.EVIDENCE_FETCHES.inc()
+            try:
+                found[index] = await self.kube.get(resource_path("v1", "configmaps", namespace, name))
+            except NotFound:
+                found[index] = None
+        return found
 
     def _classify(
         self, derived: list[ValidationResult], node_uids: dict[str, str], now: datetime, window: timedelta | None
@@ -242,7 +278,7 @@ class Sources:
         node_uids: dict[str, str],
         windows: dict[str, timedelta],
         now: datetime,
-    ) -> tuple[list[Entry], tuple[str, str]]:
+    ) -> tuple[list[Entry], CacheKey]:
         """One Run's entries (from the cache when its inputs did not change), and the
         document-cache key it used. Raises only when the Run itself cannot be read."""
         meta, spec = run["metadata"], run["spec"]
@@ -293,7 +329,7 @@ class Sources:
         runs = [run for informer in self.runs for run in informer.items.values()]
         entries: list[Entry] = []
         seen: set[str] = set()
-        used: set[tuple[str, str]] = set()
+        used: set[CacheKey] = set()
         for run in runs:
             meta = run.get("metadata") or {}
             try:

@@ -22,7 +22,7 @@ every check's evidence is valid and says it passed and the Run ended Succeeded o
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -35,8 +35,8 @@ from shared.evidence import (
     decode_document,
 )
 from shared.run import Phase, Verdict
+from shared.runevidence import RUN_EVIDENCE_SCHEMA, check_entry
 
-RUN_EVIDENCE_SCHEMA: Final = "projectsignal.dev/evidence/v1"
 Obj = dict[str, Any]
 
 
@@ -246,8 +246,10 @@ def decide(
 
 
 def run_document(run: Obj, decision: RunDecision, *, workflow: Obj | None, decided_at: str) -> Obj:
-    """The Run's evidence document (``projectsignal.dev/evidence/v1``): every check's
-    evidence verbatim with its digest, and the decision taken from them."""
+    """The Run's evidence document (``projectsignal.dev/evidence/v2``, shared/runevidence.py):
+    each check's verdict and the evidence it was decided from, named by ConfigMap and digest
+    (not embedded: the size grows with the checks, not with what they printed), and the
+    decision taken from them."""
     meta, spec = run["metadata"], run["spec"]
     return {
         "schema": RUN_EVIDENCE_SCHEMA,
@@ -263,15 +265,16 @@ def run_document(run: Obj, decision: RunDecision, *, workflow: Obj | None, decid
             "phase": (workflow or {}).get("status", {}).get("phase"),
         },
         "checks": [
-            {
-                "index": c.index,
-                "name": c.name,
-                "verdict": c.verdict.value,
-                "problem": c.problem,
-                "digest": c.digest,
-                "reportedDigest": c.reported_digest,
-                "evidence": c.document,
-            }
+            check_entry(
+                meta["name"],
+                c.index,
+                c.name,
+                c.verdict.value,
+                c.problem,
+                digest=c.digest,
+                reported=c.reported_digest,
+                document=c.document,
+            )
             for c in decision.checks
         ],
         "replacedNodes": list(decision.replaced_nodes),

@@ -3,13 +3,13 @@ serves, one per (check type, target Node) of a Run, and how it is derived from a
 evidence document. Pure; no I/O. Used by the portal (and anything else that reads results).
 
 Derivation re-verifies the whole chain independently of the controller: the Run's evidence
-document must decode canonically to the digest recorded in the Run's status and name this
-Run and its participants; every embedded check evidence document must hash to its recorded
-digest, be of a supported version and pass the same acceptance rules (shared/acceptance.py)
-again. What derivation finds goes into ``verification``, ``verdict`` and ``cleanup``; the
-``state`` (Passed/Failed/Running/Unknown/Stale) is assigned by shared/classify.py, which also
-needs the current Node uid and the freshness window. ``python -m shared.envelope [FILE]``
-writes the published JSON Schema (schemas/validation-result-v1.json); a test fails on drift.
+document (v2 or v1, shared/runevidence.py) must decode canonically to the digest in the Run's
+status and name this Run and its participants; every check's evidence (v2: its ConfigMap, read
+and ``materialize``d; v1: embedded) must hash to its recorded digest, be of a supported version
+and pass the same acceptance rules (shared/acceptance.py) again. What derivation finds goes into
+``verification``, ``verdict`` and ``cleanup``; the ``state`` (Passed/Failed/Running/Unknown/Stale)
+is assigned by shared/classify.py, which also needs the current Node uid and the freshness window.
+``python -m shared.envelope [FILE]`` writes the published JSON Schema (schemas/validation-result-v1.json).
 """
 
 import json
@@ -23,11 +23,12 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field, JsonValue, ValidationError
 
 from shared import keys
-from shared.acceptance import RUN_EVIDENCE_SCHEMA, validate_check
+from shared.acceptance import validate_check
 from shared.digests import canonical_json, sha256_digest
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, SCHEMA_ANNOTATION, EvidenceError, decode_document
 from shared.meta import Digest, StrictModel
 from shared.run import TERMINAL_PHASES, Phase, Verdict
+from shared.runevidence import RUN_EVIDENCE_SCHEMAS
 from shared.schema_docs import DocumentedSchema
 
 ENVELOPE_SCHEMA: Final = "projectsignal.dev/validation-result/v1"
@@ -124,7 +125,7 @@ class EvidenceDigests(StrictModel):
     config_map: str | None = None
     """The Run's evidence ConfigMap (in the workspace)."""
     run_digest: Digest | None = None
-    """Digest of the Run's evidence document (projectsignal.dev/evidence/v1), recomputed."""
+    """Digest of the Run's evidence document (projectsignal.dev/evidence/v2 or v1), recomputed."""
     check_digest: Digest | None = None
     """Digest of this check's evidence document (projectsignal.dev/check-evidence/v1), recomputed."""
 
@@ -198,10 +199,10 @@ def read_run_evidence(config_map: Obj | None, *, expected_digest: str | None, fo
     if config_map is None or not expected_digest:
         return RunEvidence(Verification.MISSING, "no evidence ConfigMap")
     try:
-        document, digest = decode_document(config_map, RUN_EVIDENCE_SCHEMA)
+        document, digest = decode_document(config_map, RUN_EVIDENCE_SCHEMAS)
     except EvidenceError as exc:
         claimed = (config_map.get("metadata", {}).get("annotations") or {}).get(SCHEMA_ANNOTATION)
-        if claimed and claimed != RUN_EVIDENCE_SCHEMA:
+        if claimed and claimed not in RUN_EVIDENCE_SCHEMAS:
             return RunEvidence(Verification.UNSUPPORTED_VERSION, f"evidence schema {claimed!r}"[:1024])
         if ": schema " in str(exc):
             return RunEvidence(Verification.UNSUPPORTED_VERSION, str(exc)[:1024])
@@ -236,10 +237,10 @@ class CheckFacts:
 
 
 def _check_facts(run: Obj, index: int, entry: Obj | None) -> CheckFacts:
-    """Re-verify one check's embedded evidence (digest, version, acceptance rules)."""
+    """Re-verify one check's evidence, embedded or materialized (digest, version, rules)."""
     if entry is None or entry.get("evidence") is None:
-        problem = (entry or {}).get("problem") or "the Run's evidence has no document for this check"
-        return CheckFacts(Verification.MISSING, str(problem)[:1024])
+        why = str((entry or {}).get("problem") or "MissingEvidence: the Run's evidence has none for this check")
+        return CheckFacts(_PROBLEMS.get(why.split(":", 1)[0], Verification.MISSING), why[:1024])
     document = entry["evidence"]
     if not isinstance(document, dict):
         return CheckFacts(Verification.MALFORMED, "check evidence is not an object")

@@ -164,9 +164,9 @@ def config_map(
     return manifest, digest, len(compressed)
 
 
-def decode_document(config_map_obj: dict[str, Any], schema: str) -> tuple[dict[str, Any], str]:
+def decode_document(config_map_obj: dict[str, Any], schema: str | tuple[str, ...]) -> tuple[dict[str, Any], str]:
     """The document stored in an evidence ConfigMap and its recomputed digest; raise
-    EvidenceError unless it is immutable, bounded, canonical and of ``schema``."""
+    EvidenceError unless it is immutable, bounded, canonical and of ``schema`` (or one of them)."""
     name = config_map_obj.get("metadata", {}).get("name", "?")
     if config_map_obj.get("immutable") is not True:
         raise EvidenceError(f"evidence ConfigMap {name} is not immutable")
@@ -207,8 +207,10 @@ def decode_document(config_map_obj: dict[str, Any], schema: str) -> tuple[dict[s
         raise EvidenceError(f"evidence ConfigMap {name}: not a canonical JSON object: a number out of range") from exc
     if not canonical:
         raise EvidenceError(f"evidence ConfigMap {name}: not a canonical JSON object")
-    if document.get("schema") != schema:
-        raise EvidenceError(f"evidence ConfigMap {name}: schema {document.get('schema')!r}, expected {schema}")
+    schemas = (schema,) if isinstance(schema, str) else schema
+    if document.get("schema") not in schemas:
+        expected = " or ".join(schemas)
+        raise EvidenceError(f"evidence ConfigMap {name}: schema {document.get('schema')!r}, expected {expected}")
     return document, sha256_digest(payload)
 
 

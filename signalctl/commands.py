@@ -20,9 +20,9 @@ import aiohttp
 from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import ApiError, Forbidden, NotFound
 from shared import certified, keys
-from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.durations import DurationError, parse_duration
 from shared.evidence import EvidenceError, decode_document
+from shared.runevidence import RUN_EVIDENCE_SCHEMAS
 from signalctl import actions, describe, nodeview, tables, verify
 from signalctl.kubectx import (
     DEFAULT_NAMESPACE,
@@ -143,7 +143,7 @@ async def _behind(kube: Kube, node: Obj, name: str, registered: dict[str, Obj] |
     behind.verify_problems = [f"{f.state} {f.subject}: {f.detail}" for f in findings if f.state != "OK"]
     if run_cm is not None:
         with contextlib.suppress(EvidenceError):
-            behind.evidence_digest = decode_document(run_cm, RUN_EVIDENCE_SCHEMA)[1]
+            behind.evidence_digest = decode_document(run_cm, RUN_EVIDENCE_SCHEMAS)[1]
     return behind
 
 
@@ -179,11 +179,10 @@ async def cmd_verify(kube: Kube, args: argparse.Namespace) -> int:
     run = await get_run(kube, args.namespace, args.name, missing_code=2)
     ref = (run.get("status") or {}).get("evidence") or {}
     run_cm = await _config_map(kube, args.namespace, ref["configMap"]) if ref.get("configMap") else None
-    check_cms = {
-        index: await _config_map(kube, args.namespace, verify.check_config_map_name(args.name, index))
-        for index in range(len(run["spec"]["checks"]))
-    }
-    findings = verify.verify(run, run_cm, check_cms)
+    count = range(len(run["spec"]["checks"]))
+    check_cms = {i: await _config_map(kube, args.namespace, verify.check_config_map_name(args.name, i)) for i in count}
+    results = {i: await _config_map(kube, args.namespace, verify.results_config_map_name(args.name, i)) for i in count}
+    findings = verify.verify(run, run_cm, check_cms, results)
     print("\n".join(verify.render(findings)))
     code = verify.exit_code(findings)
     verdict = {0: "verified", 1: "DOES NOT VERIFY", 2: "INCOMPLETE: something needed is missing"}[code]

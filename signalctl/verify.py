@@ -5,15 +5,17 @@ evidence, independently of the controller. Pure: plain dicts in, findings out; t
 What is compared, item by item:
 
 1. ``status.evidence`` names a ConfigMap that exists and decodes (``decode_document``: immutable,
-   bounded, canonical gzip JSON of ``projectsignal.dev/evidence/v1``); its recomputed digest
+   bounded, canonical gzip JSON of ``projectsignal.dev/evidence/v2``, or of v1 written before
+   issue 41: shared/runevidence.py); its recomputed digest
    equals ``status.evidence.digest`` (and the ConfigMap's digest annotation); ``bytes`` is the
    stored gzip size.
 2. The Run document names this Run (namespace, name, uid), its profile, source digest, attempt
    and participants (index, Node name, Node uid); the Run's status (phase, reason, message,
    checkVerdicts) is the document's decision.
-3. Per check ``i`` of the Run: the ConfigMap ``<run>-c<i>-evidence`` decodes to exactly the
-   evidence embedded in the Run document, whose digest is the recorded ``digest`` (both the
-   embedded document's and the stored one's); and re-validating it (``assess_check``, i.e.
+3. Per check ``i`` of the Run (signalctl/verify_checks.py): the ConfigMap ``<run>-c<i>-evidence``
+   exists and decodes to the recorded ``digest`` (v2: the document names it and that digest,
+   and the check's results ConfigMap has the results digest its evidence records; v1: it is
+   exactly the evidence embedded in the Run document); and re-validating it (``assess_check``, i.e.
    ``decode_document`` + ``validate_check``) gives the recorded verdict and problem.
    One recorded problem cannot be re-derived from stored evidence: ``DigestMismatch`` against
    the digest the adapter reported in the Workflow (which verify does not read); a recorded
@@ -29,33 +31,24 @@ What is compared, item by item:
 
 import base64
 import binascii
-from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any
 
-from shared import keys
-from shared.acceptance import RUN_EVIDENCE_SCHEMA, CheckInput, CheckOutcome, assess_check, decide
-from shared.digests import canonical_json, sha256_digest
+from shared.acceptance import CheckOutcome, decide
 from shared.evidence import DIGEST_ANNOTATION, EVIDENCE_KEY, EvidenceError, decode_document
 from shared.run import Phase, Verdict
+from shared.runevidence import RUN_EVIDENCE_SCHEMAS, by_reference
+from signalctl.verify_checks import (
+    TOO_LARGE,
+    Finding,
+    check_config_map_name,
+    check_v1,
+    check_v2,
+    results_config_map_name,
+)
+from signalctl.verify_checks import item as _item
 
+__all__ = ["Finding", "check_config_map_name", "exit_code", "render", "results_config_map_name", "verify"]
 Obj = dict[str, Any]
-State = Literal["OK", "MISMATCH", "MISSING"]
-REPORTED_DIGEST_PROBLEM: Final = "DigestMismatch: the stored evidence is not what the adapter reported"
-TOO_LARGE: Final = "EvidenceTooLarge"
-
-
-@dataclass(frozen=True)
-class Finding:
-    state: State
-    subject: str
-    detail: str
-
-
-check_config_map_name = keys.check_evidence_name
-
-
-def _item(ok: bool, subject: str, good: str, bad: str) -> Finding:
-    return Finding("OK" if ok else "MISMATCH", subject, good if ok else bad)
 
 
 def _differences(expected: Obj, actual: Obj) -> list[str]:
@@ -137,86 +130,6 @@ def _header(run: Obj, run_cm: Obj, document: Obj, digest: str) -> list[Finding]:
     return found
 
 
-def _check(
-    run: Obj, index: int, recorded: Obj, config_map: Obj | None, stripped: bool
-) -> tuple[list[Finding], CheckOutcome]:
-    spec_check = run["spec"]["checks"][index]
-    cm_name = check_config_map_name(run["metadata"]["name"], index)
-    subject = f"check {index} {spec_check['name']}"
-    outcome = assess_check(run, CheckInput(index, cm_name, config_map, None))
-    found = []
-    if (recorded.get("index"), recorded.get("name")) != (index, spec_check["name"]):
-        found.append(
-            Finding(
-                "MISMATCH",
-                subject,
-                f"the Run evidence records check {recorded.get('index')} {recorded.get('name')!r} here",
-            )
-        )
-    evidence, digest = recorded.get("evidence"), recorded.get("digest")
-    if config_map is None:
-        if evidence is None and str(recorded.get("problem") or "").startswith("MissingEvidence"):
-            found.append(
-                Finding("OK", f"{subject} evidence", f"ConfigMap {cm_name} absent, as recorded (MissingEvidence)")
-            )
-        else:
-            found.append(
-                Finding("MISSING", f"{subject} evidence", f"ConfigMap {cm_name} not found; the Run evidence records it")
-            )
-            return found, outcome
-    elif stripped:
-        found.append(Finding("OK", f"{subject} evidence", f"not embedded ({TOO_LARGE}); compared by digest below"))
-    else:
-        found.append(
-            _item(
-                evidence == outcome.document,
-                f"{subject} evidence",
-                f"ConfigMap {cm_name} equals the embedded evidence",
-                f"ConfigMap {cm_name} differs from the evidence embedded in the Run evidence"
-                + (f" ({outcome.problem})" if outcome.document is None else ""),
-            )
-        )
-    embedded = sha256_digest(canonical_json(evidence)) if evidence is not None else None
-    consistent = evidence is None or embedded == digest
-    found.append(
-        _item(
-            consistent and outcome.digest == digest,
-            f"{subject} digest",
-            f"{digest}",
-            f"recorded {digest}, stored ConfigMap {outcome.digest}, embedded document {embedded}",
-        )
-    )
-    same = (outcome.verdict.value, outcome.problem) == (recorded.get("verdict"), recorded.get("problem"))
-    unprovable = recorded.get("problem") == REPORTED_DIGEST_PROBLEM and recorded.get("verdict") == "Inconclusive"
-    if same:
-        found.append(
-            Finding(
-                "OK",
-                f"{subject} verdict",
-                f"{outcome.verdict.value}" + (f" ({outcome.problem})" if outcome.problem else ""),
-            )
-        )
-    elif unprovable:
-        found.append(
-            Finding(
-                "OK",
-                f"{subject} verdict",
-                f"recorded Inconclusive ({REPORTED_DIGEST_PROBLEM}): depends on the Workflow's reported digest, "
-                f"not re-derivable here; the stored evidence alone gives {outcome.verdict.value}",
-            )
-        )
-    else:
-        found.append(
-            Finding(
-                "MISMATCH",
-                f"{subject} verdict",
-                f"recorded {recorded.get('verdict')} ({recorded.get('problem')}), "
-                f"re-validation gives {outcome.verdict.value} ({outcome.problem})",
-            )
-        )
-    return found, outcome
-
-
 def _as_recorded(recorded: Obj, recomputed: CheckOutcome) -> CheckOutcome | None:
     """The recorded check as decide() takes it (participant verdicts from re-validation)."""
     try:
@@ -231,7 +144,7 @@ def _as_recorded(recorded: Obj, recomputed: CheckOutcome) -> CheckOutcome | None
         verdict,
         problem,
         recorded.get("digest"),
-        recorded.get("evidence"),
+        recomputed.document,
         recomputed.participant_verdicts if agree else {},
     )
 
@@ -266,8 +179,14 @@ def _decision(run: Obj, document: Obj, checks: list[CheckOutcome]) -> Finding:
     )
 
 
-def verify(run: Obj, run_cm: Obj | None, check_cms: dict[int, Obj | None]) -> list[Finding]:
-    """Every finding, in order; ``check_cms`` maps a check index to its ConfigMap (None: absent)."""
+def verify(
+    run: Obj,
+    run_cm: Obj | None,
+    check_cms: dict[int, Obj | None],
+    results_cms: dict[int, Obj | None] | None = None,
+) -> list[Finding]:
+    """Every finding, in order; ``check_cms`` maps a check index to its evidence ConfigMap
+    (None: absent), ``results_cms`` to its results ConfigMap (not given: not fetched)."""
     meta, status = run["metadata"], run.get("status") or {}
     ref = status.get("evidence")
     if not ref or not ref.get("configMap"):
@@ -279,10 +198,11 @@ def verify(run: Obj, run_cm: Obj | None, check_cms: dict[int, Obj | None]) -> li
     if run_cm is None:
         return [Finding("MISSING", f"Run evidence ConfigMap {meta['namespace']}/{name}", "not found")]
     try:
-        document, digest = decode_document(run_cm, RUN_EVIDENCE_SCHEMA)
+        document, digest = decode_document(run_cm, RUN_EVIDENCE_SCHEMAS)
     except EvidenceError as exc:
         return [Finding("MISMATCH", f"Run evidence ConfigMap {name}", str(exc))]
-    found = [Finding("OK", f"Run evidence ConfigMap {name}", "decodes (immutable, canonical, evidence/v1)")]
+    version = str(document["schema"]).rsplit("/", 1)[-1]
+    found = [Finding("OK", f"Run evidence ConfigMap {name}", f"decodes (immutable, canonical, evidence/{version})")]
     found += _header(run, run_cm, document, digest)
     recorded_checks = [c for c in document.get("checks") or [] if isinstance(c, dict)]
     spec_checks = run["spec"]["checks"]
@@ -295,9 +215,19 @@ def verify(run: Obj, run_cm: Obj | None, check_cms: dict[int, Obj | None]) -> li
     stripped = document.get("reason") == TOO_LARGE
     outcomes: list[CheckOutcome] = []
     for index, recorded in enumerate(recorded_checks[: len(spec_checks)]):
-        items, recomputed = _check(
-            run, index, recorded, check_cms.get(index), stripped and recorded.get("evidence") is None
-        )
+        if by_reference(document):
+            items, recomputed = check_v2(
+                run,
+                index,
+                recorded,
+                check_cms.get(index),
+                (results_cms or {}).get(index),
+                results_read=results_cms is not None,
+            )
+        else:
+            items, recomputed = check_v1(
+                run, index, recorded, check_cms.get(index), stripped and recorded.get("evidence") is None
+            )
         found += items
         as_recorded = _as_recorded(recorded, recomputed)
         if as_recorded is None:

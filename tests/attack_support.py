@@ -173,7 +173,8 @@ async def attackers(cluster: LocalCluster, admin: KubeClient, namespace: str) ->
 
 
 def run_evidence_document(run: Obj, check_document: Obj | None, nodes: dict[str, str], phase: str) -> Obj:
-    """A Run evidence document (projectsignal.dev/evidence/v1) claiming ``phase`` and ``nodes``."""
+    """A Run evidence document (projectsignal.dev/evidence/v2) claiming ``phase`` and ``nodes``,
+    naming ``check_document`` (by its digest) as check 0's evidence."""
     meta, spec = run["metadata"], run["spec"]
     digest = eb.digest_of(check_document) if check_document else None
     return {
@@ -192,9 +193,11 @@ def run_evidence_document(run: Obj, check_document: Obj | None, nodes: dict[str,
                 "name": spec["checks"][0]["name"],
                 "verdict": "Pass",
                 "problem": None,
+                "configMap": keys.check_evidence_name(meta["name"], 0),
                 "digest": digest,
                 "reportedDigest": digest,
-                "evidence": check_document,
+                "resultsConfigMap": (check_document or {}).get("resultsConfigMap"),
+                "resultsDigest": (check_document or {}).get("resultsDigest"),
             }
         ],
         "replacedNodes": [],

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shared.digests import canonical_json, sha256_digest
-from shared.evidence import encode
+from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document, encode
 
 Obj = dict[str, Any]
 STAMP = "2026-11-30T00:00:00Z"
@@ -194,3 +194,23 @@ def oversized(_: Obj) -> bytes:
     return gzip.compress(
         b'{"schema":"projectsignal.dev/check-evidence/v1","x":"' + b"a" * (3 * 1024 * 1024) + b'"}', mtime=0
     )
+
+
+def as_v1(document: Obj, check_config_maps: dict[int, Obj | None]) -> Obj:
+    """A Run evidence document (v2) as it was written before issue 41, ``projectsignal.dev/
+    evidence/v1``: each check's evidence embedded (from its stored ConfigMap) instead of named."""
+    old = copy.deepcopy(document)
+    old["schema"] = "projectsignal.dev/evidence/v1"
+    for entry in old["checks"]:
+        stored = check_config_maps.get(entry["index"])
+        embedded = decode_document(stored, CHECK_EVIDENCE_SCHEMA)[0] if stored and entry["digest"] else None
+        for key in ("configMap", "resultsConfigMap", "resultsDigest"):
+            entry.pop(key)
+        entry["evidence"] = embedded
+    return old
+
+
+def decode_check(stored: Obj | None) -> Obj:
+    """The check evidence document a ConfigMap holds."""
+    assert stored is not None
+    return decode_document(stored, CHECK_EVIDENCE_SCHEMA)[0]

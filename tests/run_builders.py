@@ -8,9 +8,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from localcluster.kube import KubeClient, resource_path
+from localcluster.kube import ApiError, KubeClient, resource_path
 from shared import keys
 from shared.digests import bundle_digest
+from shared.evidence import decode_document
+from shared.runevidence import RUN_EVIDENCE_SCHEMAS, config_map_names, materialize
 
 Obj = dict[str, Any]
 SCRIPTS = {"s.sh": "exit 0"}
@@ -109,3 +111,23 @@ async def finished_run(
     return await admin.merge_patch(
         resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace, name, "status"), {"status": status}
     )
+
+
+async def stored_run_evidence(admin: KubeClient, run: Obj) -> Obj:
+    """The Run's stored evidence document, its digest checked against status.evidence, with each
+    check's evidence read from the ConfigMap it names and matched to the named digest
+    (shared/runevidence.materialize: ``checks[i].evidence``, None with the problem otherwise)."""
+    meta = run["metadata"]
+    ref = run["status"]["evidence"]
+    path = resource_path("v1", "configmaps", meta["namespace"])
+    document, digest = decode_document(await admin.get(f"{path}/{ref['configMap']}"), RUN_EVIDENCE_SCHEMAS)
+    assert digest == ref["digest"]
+    stored = {}
+    for index, name in config_map_names(run, document).items():
+        try:
+            stored[index] = await admin.get(f"{path}/{name}")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            stored[index] = None
+    return materialize(run, document, stored)

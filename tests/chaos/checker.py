@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import keys
-from shared.acceptance import RUN_EVIDENCE_SCHEMA
 from shared.evidence import EvidenceError, decode_document
 from shared.run import TERMINAL_PHASES
+from shared.runevidence import RUN_EVIDENCE_SCHEMAS
 from signalctl import verify as independent
 from tests.chaos.history import FAULT, OPERATOR, Record, ordered
 
@@ -113,13 +113,17 @@ def verify_pass(run: Obj, objects: dict[tuple[str, str, str], Obj], node: str) -
         i: objects.get(("ConfigMap", ns, independent.check_config_map_name(meta["name"], i)))
         for i in range(len(run["spec"]["checks"]))
     }
-    findings = independent.verify(run, run_cm, checks)
+    results = {
+        i: objects.get(("ConfigMap", ns, independent.results_config_map_name(meta["name"], i)))
+        for i in range(len(run["spec"]["checks"]))
+    }
+    findings = independent.verify(run, run_cm, checks, results)
     bad = [f for f in findings if f.state != "OK"]
     if bad:
         return f"evidence does not verify: {bad[0].subject}: {bad[0].detail}"[:300]
     assert run_cm is not None
     try:
-        document, _ = decode_document(run_cm, RUN_EVIDENCE_SCHEMA)
+        document, _ = decode_document(run_cm, RUN_EVIDENCE_SCHEMAS)
     except EvidenceError as exc:  # verify() decoded it already; kept for the type checker
         return str(exc)
     verdict = (document.get("nodes") or {}).get(node)

@@ -19,11 +19,9 @@ from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, resource_path
 from shared import certified, keys
-from shared.acceptance import RUN_EVIDENCE_SCHEMA
-from shared.evidence import decode_document
 from tests import evidence_builders as eb
 from tests.controller_support import install_rbac
-from tests.run_builders import running_run, store, workflow_status
+from tests.run_builders import running_run, store, stored_run_evidence, workflow_status
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 API = keys.API_VERSION
@@ -60,9 +58,8 @@ async def test_valid_evidence_is_the_control(ctx: Context, cluster: LocalCluster
     done = await _accept(ctx, admin, run, workflow_status(run, {0: eb.digest_of(document)}))
     assert done["status"]["phase"] == "Succeeded", done["status"]
     assert done["status"]["checkVerdicts"] == [{"name": "check-0", "verdict": "Pass"}]
-    stored = await admin.get(resource_path("v1", "configmaps", ctx.namespace, done["status"]["evidence"]["configMap"]))
-    run_doc, digest = decode_document(stored, RUN_EVIDENCE_SCHEMA)
-    assert digest == done["status"]["evidence"]["digest"]
+    run_doc = await stored_run_evidence(admin, done)
+    assert run_doc["checks"][0]["digest"] == eb.digest_of(document)
     assert run_doc["checks"][0]["evidence"] == document
     for node in nodes:
         live = await admin.get(resource_path("v1", "nodes", name=node["metadata"]["name"]))

@@ -16,11 +16,11 @@ from localcluster.cluster import LocalCluster
 from localcluster.controlplane import free_port
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys
-from shared.acceptance import RUN_EVIDENCE_SCHEMA, validate_check
+from shared.acceptance import validate_check
 from shared.digests import bundle_digest
-from shared.evidence import decode_document
 from tests.controller_support import ControllerProcess, World, eventually, install_rbac, profile_body, reserved_by
 from tests.realnode_support import install_workflow_template
+from tests.run_builders import stored_run_evidence
 
 API = keys.API_VERSION
 SCRIPTS = {
@@ -89,11 +89,8 @@ async def _run_to_the_end(world: World, tmp_path: Path, script: str) -> tuple[Ob
 
 
 async def _verify(admin: KubeClient, run: Obj) -> dict[str, Any]:
-    ns = run["metadata"]["namespace"]
-    stored = await admin.get(resource_path("v1", "configmaps", ns, run["status"]["evidence"]["configMap"]))
-    document, digest = decode_document(stored, RUN_EVIDENCE_SCHEMA)
-    assert digest == run["status"]["evidence"]["digest"]
-    return document
+    """The Run's evidence, each check's read from the ConfigMap it names (by digest)."""
+    return await stored_run_evidence(admin, run)
 
 
 async def test_full_path_succeeds_projects_and_releases(world: World, admin: KubeClient, tmp_path: Path) -> None:

@@ -166,7 +166,13 @@ class Lab:
         for index, document in enumerate(documents):
             cm_name = check_evidence_name(name, index)
             stored = eb.config_map(cm_name, document)
-            body = {**stored, "metadata": {**stored["metadata"], "name": cm_name}}
+            labels = {
+                keys.RUN_NAME_LABEL: name,
+                keys.RUN_UID_LABEL: run["metadata"]["uid"],
+                keys.CHECK_LABEL: run["spec"]["checks"][index]["name"],
+                keys.COMPONENT_LABEL: "evidence",  # the adapter's, which the evidence policy requires
+            }
+            body = {**stored, "metadata": {**stored["metadata"], "name": cm_name, "labels": labels}}
             await self.admin.create(resource_path("v1", "configmaps", namespace), body)
             digests[index] = eb.digest_of(document)
         nodes = {
@@ -198,6 +204,16 @@ class Lab:
         payload = encode(document)[2]
         body = {"metadata": meta, "immutable": True, "binaryData": {EVIDENCE_KEY: base64.b64encode(payload).decode()}}
         await self.admin.create(resource_path("v1", "configmaps", namespace), body)
+
+    async def replace_check_evidence(self, run: Obj, document: Obj) -> None:
+        """Delete check 0's evidence ConfigMap and store ``document`` under its name (same labels)."""
+        namespace = run["metadata"]["namespace"]
+        path = resource_path("v1", "configmaps", namespace, check_evidence_name(run["metadata"]["name"], 0))
+        original = await self.admin.get(path)
+        await self.admin.delete(path)
+        stored = eb.config_map(original["metadata"]["name"], document)
+        meta = {**stored["metadata"], "labels": original["metadata"]["labels"]}
+        await self.admin.create(resource_path("v1", "configmaps", namespace), {**stored, "metadata": meta})
 
     async def close(self) -> None:
         for context in self.contexts.values():
@@ -317,7 +333,7 @@ def _tampered(document: Obj) -> Obj:
 
 
 def _next_version(document: Obj) -> Obj:
-    return {**document, "schema": "projectsignal.dev/evidence/v2"}
+    return {**document, "schema": "projectsignal.dev/evidence/v3"}
 
 
 async def test_each_state_comes_from_real_runs(
@@ -332,7 +348,7 @@ async def test_each_state_comes_from_real_runs(
     await lab.profile(lenient, interval="30m", freshness="2h")  # freshness wins over the interval
     n = {
         k: await lab.nodes(f"{namespace}-{k}", 2 if k == "fail" else 1)
-        for k in ("run", "pass", "fail", "stale", "repl", "tamp", "vers", "fresh", "lenient")
+        for k in ("run", "pass", "fail", "stale", "repl", "tamp", "vers", "gone", "swap", "fresh", "lenient")
     }
     running = await lab.run(namespace, main, n["run"])
     passed = await lab.finish(r := await lab.run(namespace, main, n["pass"]), _fresh(r))
@@ -341,6 +357,8 @@ async def test_each_state_comes_from_real_runs(
     replaced = await lab.finish(r := await lab.run(namespace, main, n["repl"]), _fresh(r))
     tampered = await lab.finish(r := await lab.run(namespace, main, n["tamp"]), _fresh(r))
     versioned = await lab.finish(r := await lab.run(namespace, main, n["vers"]), _fresh(r))
+    gone = await lab.finish(r := await lab.run(namespace, main, n["gone"]), _fresh(r))
+    swapped = await lab.finish(r := await lab.run(namespace, main, n["swap"]), _fresh(r))
     old_fresh = await lab.finish(
         r := await lab.run(namespace, fresh, n["fresh"]), _fresh(r, finished=_now_minus(hours=1))
     )
@@ -371,6 +389,8 @@ async def test_each_state_comes_from_real_runs(
         _id(namespace, node("repl"), main, "check-0", replaced): ("Passed", "CheckPassed"),
         _id(namespace, node("tamp"), main, "check-0", tampered): ("Passed", "CheckPassed"),
         _id(namespace, node("vers"), main, "check-0", versioned): ("Passed", "CheckPassed"),
+        _id(namespace, node("gone"), main, "check-0", gone): ("Passed", "CheckPassed"),
+        _id(namespace, node("swap"), main, "check-0", swapped): ("Passed", "CheckPassed"),
         _id(namespace, node("fresh"), fresh, "check-0", old_fresh): ("Stale", "OlderThanWindow"),
         _id(namespace, node("lenient"), lenient, "check-0", old_lenient): ("Passed", "CheckPassed"),
     }
@@ -380,6 +400,12 @@ async def test_each_state_comes_from_real_runs(
     await cluster.add_nodes([SimNode(node("repl"))])
     await lab.replace_evidence(tampered, _tampered)
     await lab.replace_evidence(versioned, _next_version)
+    # The check evidence a v2 Run document names, deleted; or replaced by a valid document that
+    # fails the Node (labels, owner and all): never a pass (issue 41).
+    await admin.delete(resource_path("v1", "configmaps", namespace, check_evidence_name(gone["metadata"]["name"], 0)))
+    await lab.replace_check_evidence(swapped, eb.check_evidence(swapped, 0, verdicts={0: "Fail"}))
+    expected[_id(namespace, node("gone"), main, "check-0", gone)] = ("Unknown", "Missing")
+    expected[_id(namespace, node("swap"), main, "check-0", swapped)] = ("Unknown", "DigestMismatch")
     expected[_id(namespace, node("repl"), main, "check-0", replaced)] = ("Unknown", "NodeReplaced")
     expected[_id(namespace, node("tamp"), main, "check-0", tampered)] = ("Unknown", "DigestMismatch")
     expected[_id(namespace, node("vers"), main, "check-0", versioned)] = ("Unknown", "UnsupportedVersion")

@@ -33,7 +33,7 @@ from adapter.workloads import WORKER_GRACE_SECONDS, mpijob_name
 from localcluster.controlplane import free_port
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys
-from shared.acceptance import RUN_EVIDENCE_SCHEMA, validate_check
+from shared.acceptance import validate_check
 from shared.digests import bundle_digest
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from shared.result import LauncherReport
@@ -51,6 +51,7 @@ from tests.realnode_support import (
     start_real_cluster,
     stop_real_cluster,
 )
+from tests.run_builders import stored_run_evidence
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(900)]
 
@@ -199,11 +200,7 @@ async def test_the_full_path_with_an_mpijob_check_over_ssh_on_real_nodes(real: R
             {"name": "inventory", "verdict": "Pass"},
             {"name": "allreduce", "verdict": "Pass"},
         ]
-        stored = await real.admin.get(
-            resource_path("v1", "configmaps", signal.namespace, status["evidence"]["configMap"])
-        )
-        document, digest = decode_document(stored, RUN_EVIDENCE_SCHEMA)
-        assert digest == status["evidence"]["digest"]
+        document = await stored_run_evidence(real.admin, run)
         for each in document["checks"]:
             verdict, problem, _ = validate_check(run, each["index"], each["evidence"])
             assert (verdict.value, problem) == ("Pass", None)

@@ -915,9 +915,11 @@ def test_run_document_shape() -> None:
                 "name": c.name,
                 "verdict": c.verdict.value,
                 "problem": c.problem,
+                "configMap": f"r1-c{c.index}-evidence",
                 "digest": c.digest,
                 "reportedDigest": c.reported_digest,
-                "evidence": c.document,
+                "resultsConfigMap": (c.document or {}).get("resultsConfigMap"),
+                "resultsDigest": (c.document or {}).get("resultsDigest"),
             }
             for c in checks
         ],
@@ -929,20 +931,45 @@ def test_run_document_shape() -> None:
         "message": "check 'check-1' proved a failure",
         "decidedAt": "2026-11-30T00:10:00Z",
     }
-    assert RUN_EVIDENCE_SCHEMA == "projectsignal.dev/evidence/v1"
+    assert RUN_EVIDENCE_SCHEMA == "projectsignal.dev/evidence/v2"
 
 
-def test_run_document_embeds_each_checks_document_verbatim_with_its_digest() -> None:
+def test_run_document_names_each_checks_evidence_by_config_map_and_digest() -> None:
+    """Issue 41: named, not embedded, with the results link the check evidence records."""
     docs = [eb.check_evidence(TWO_CHECKS, 0), eb.check_evidence(TWO_CHECKS, 1)]
     checks = [assess(TWO_CHECKS, d, i) for i, d in enumerate(docs)]
     document = run_document(TWO_CHECKS, _decision(checks), workflow=None, decided_at="t")
     for i, entry in enumerate(document["checks"]):
-        assert entry["evidence"] == docs[i]
+        assert "evidence" not in entry
+        assert entry["configMap"] == f"r1-c{i}-evidence"
         assert entry["digest"] == eb.digest_of(docs[i])
+        assert (entry["resultsConfigMap"], entry["resultsDigest"]) == (f"r1-c{i}-results", docs[i]["resultsDigest"])
         assert (entry["verdict"], entry["problem"]) == ("Pass", None)
     assert document["workflow"] == {"name": None, "phase": None}
     assert document["nodes"] == {"gpu-000": "Pass", "gpu-001": "Pass"}
     assert document["phase"] == "Succeeded"
+
+
+def test_run_document_size_grows_with_the_checks_not_with_their_output() -> None:
+    """64 participants, each with the largest stdout and stderr tails: the check evidence is
+    large, the Run document names it and stays small (docs/reference.md, Evidence sizes)."""
+    run = make_run(64, checks=32)
+    quiet, loud = [], []
+    for i in range(32):
+        document = eb.check_evidence(run, i)
+        quiet.append(assess(run, document, i))
+        for p in document["results"]["participants"]:
+            p["stdout"] = {"digest": "sha256:" + "1" * 64, "bytes": 10**9, "tail": f"{p['index']:04d}" * 256}
+            p["stderr"] = {"digest": "sha256:" + "2" * 64, "bytes": 10**9, "tail": f"{p['index']:04d}" * 256}
+        loud.append(assess(run, eb.seal(document), i))
+        assert loud[-1].problem is None, loud[-1].problem
+    uids = {p["nodeName"]: p["nodeUID"] for p in run["spec"]["participants"]}
+    sizes = []
+    for checks in (quiet, loud):
+        decision = decide(run, checks, node_uids=uids, workflow_phase="Succeeded", deadline_passed=False)
+        assert decision.phase == Phase.SUCCEEDED
+        sizes.append(len(encode(run_document(run, decision, workflow=None, decided_at="t"))[0]))
+    assert sizes[0] == sizes[1] < 40 * 1024, sizes
 
 
 def test_run_document_records_missing_evidence_as_null() -> None:
@@ -953,9 +980,11 @@ def test_run_document_records_missing_evidence_as_null() -> None:
         "name": "check-1",
         "verdict": "Inconclusive",
         "problem": "MissingEvidence: no ConfigMap r1-c1-evidence (the check did not finish)",
+        "configMap": "r1-c1-evidence",
         "digest": None,
         "reportedDigest": None,
-        "evidence": None,
+        "resultsConfigMap": None,
+        "resultsDigest": None,
     }
 
 

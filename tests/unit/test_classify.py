@@ -16,10 +16,9 @@ from shared.envelope import (
     Verification,
     VerificationResult,
     derive,
-    read_run_evidence,
 )
 from shared.run import Phase, Verdict
-from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run
+from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run, read
 
 WEEK = timedelta(days=7)
 
@@ -29,7 +28,7 @@ def base(verdict: Verdict = Verdict.PASS) -> ValidationResult:
     run = make_run()
     documents = [evidence(run, verdicts={0: "Fail"} if verdict == Verdict.FAIL else None)]
     done, cm, _, digest = accepted(run, documents)
-    results = derive(done, read_run_evidence(cm, expected_digest=digest), cluster="c", observed_at=NOW)
+    results = derive(done, read(done, cm, digest), cluster="c", observed_at=NOW)
     return results[0]
 
 

@@ -29,7 +29,7 @@ from shared.envelope import (
 from shared.evidence import EVIDENCE_KEY, SCHEMA_ANNOTATION, encode
 from shared.run import Phase, Verdict
 from tests import evidence_builders as eb
-from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run
+from tests.unit.test_envelope_builders import CHECK_CONFIG_MAPS, NOW, accepted, evidence, make_run, read
 
 Obj = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def test_ids_round_trip() -> None:
 
 
 def _derive(run: Obj, cm: Obj | None, digest: str | None) -> list[ValidationResult]:
-    return derive(run, read_run_evidence(cm, expected_digest=digest), cluster="test", observed_at=NOW)
+    return derive(run, read(run, cm, digest), cluster="test", observed_at=NOW)
 
 
 def test_one_envelope_per_check_and_target() -> None:
@@ -134,11 +134,11 @@ def test_reading_run_evidence_fails_closed(case: str, expected: Verification) ->
     elif case == "mutable":
         given = {**cm, "immutable": False}
     elif case == "unsupported-run-evidence-version":
-        given = _document_cm(cm, {**document, "schema": "projectsignal.dev/evidence/v2"})
+        given = _document_cm(cm, {**document, "schema": "projectsignal.dev/evidence/v3"})
         given["metadata"]["annotations"].pop(SCHEMA_ANNOTATION)
     elif case == "unsupported-version-by-annotation":
-        given = _document_cm(cm, {**document, "schema": "projectsignal.dev/evidence/v2"})
-        given["metadata"]["annotations"][SCHEMA_ANNOTATION] = "projectsignal.dev/evidence/v2"
+        given = _document_cm(cm, {**document, "schema": "projectsignal.dev/evidence/v3"})
+        given["metadata"]["annotations"][SCHEMA_ANNOTATION] = "projectsignal.dev/evidence/v3"
     read = read_run_evidence(given, expected_digest=expected_digest, forbidden=forbidden)
     assert read.verification == expected, read
     results = derive(run, read, cluster="test", observed_at=NOW)
@@ -168,8 +168,9 @@ def _reseal_run_document(cm: Obj, document: Obj) -> tuple[Obj, str]:
     ],
 )
 def test_derivation_reverifies_the_chain(case: str, expected: Verification) -> None:
-    run, cm, document, _ = accepted(make_run())
-    document = copy.deepcopy(document)
+    """On a v1 document (embedded evidence, written before issue 41), still read."""
+    run, cm, document, digest = accepted(make_run())
+    document = eb.as_v1(document, CHECK_CONFIG_MAPS[digest])
     check = document["checks"][0]
     run_status_phase = run["status"]["phase"]
 
@@ -221,8 +222,8 @@ def test_derivation_reverifies_the_chain(case: str, expected: Verification) -> N
     ],
 )
 def test_derivation_of_a_wrongly_shaped_document_is_unknown_not_a_crash(case: str, expected: Verification) -> None:
-    run, cm, document, _ = accepted(make_run())
-    document = copy.deepcopy(document)
+    run, cm, document, digest = accepted(make_run())
+    document = eb.as_v1(document, CHECK_CONFIG_MAPS[digest])
     check = document["checks"][0]
 
     def reshape_check(key: str, value: object) -> None:
@@ -247,6 +248,65 @@ def test_derivation_of_a_wrongly_shaped_document_is_unknown_not_a_crash(case: st
     results = _derive(run, given, digest)
     assert {r.verification.state for r in results} == {expected}, [r.verification for r in results]
     assert all(r.verdict is None and r.verification.message for r in results), results
+
+
+def _v2_case(case: str, run: Obj, document: Obj, stored: dict[int, Obj | None]) -> Obj:
+    """Break check 0's link from a v2 document to its evidence ConfigMap."""
+    entry = document["checks"][0]
+    if case == "check-config-map-deleted":
+        stored[0] = None
+    elif case == "check-config-map-replaced":
+        forged = eb.check_evidence(run, 0, verdicts={0: "Fail"})
+        stored[0] = eb.config_map(entry["configMap"], forged)
+    elif case == "check-config-map-not-the-runs":
+        stored[0] = eb.config_map(entry["configMap"], eb.decode_check(stored[0]), owner=_STRANGER)
+    elif case == "check-config-map-malformed":
+        stored[0] = eb.config_map(entry["configMap"], None, raw=b"not gzip", owner=run)
+    elif case == "named-elsewhere":
+        entry["configMap"] = "somewhere-else"
+    elif case == "digest-edited":
+        entry["digest"] = "sha256:" + "0" * 64
+    return document
+
+
+_STRANGER = {"metadata": {"name": "stranger", "uid": "not-the-run"}}
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("check-config-map-deleted", Verification.MISSING),
+        ("check-config-map-replaced", Verification.DIGEST_MISMATCH),
+        ("check-config-map-not-the-runs", Verification.FOREIGN),
+        ("check-config-map-malformed", Verification.MALFORMED),
+        ("named-elsewhere", Verification.FOREIGN),
+        ("digest-edited", Verification.DIGEST_MISMATCH),
+    ],
+)
+def test_v2_reads_each_checks_evidence_from_its_config_map_by_digest(case: str, expected: Verification) -> None:
+    """v2 names each check's evidence: a deleted, replaced, foreign or malformed ConfigMap, or a
+    document naming another one or another digest, is never a verified result (fail closed)."""
+    run, cm, document, digest = accepted(make_run())
+    assert "evidence" not in document["checks"][0]
+    stored = dict(CHECK_CONFIG_MAPS[digest])
+    document = _v2_case(case, run, copy.deepcopy(document), stored)
+    given, resealed = _reseal_run_document(cm, document)
+    CHECK_CONFIG_MAPS[resealed] = stored
+    results = _derive(run, given, resealed)
+    assert {r.verification.state for r in results} == {expected}, [r.verification for r in results]
+    assert all(r.verdict is None for r in results)
+    assert all(r.details is None for r in results)
+
+
+def test_v1_and_v2_documents_derive_the_same_results() -> None:
+    run, cm, document, digest = accepted(make_run(participants=3, checks=2))
+    old = eb.as_v1(document, CHECK_CONFIG_MAPS[digest])
+    given, old_digest = _reseal_run_document(cm, old)
+    now = _derive(run, cm, digest)
+    before = _derive(run, given, old_digest)
+    drop = {"evidence"}
+    assert [r.model_dump(exclude=drop) for r in now] == [r.model_dump(exclude=drop) for r in before]
+    assert {r.verification.state for r in now} == {Verification.VERIFIED}
 
 
 def test_cleanup_failure_is_verified_but_not_complete() -> None:

@@ -9,14 +9,19 @@ from typing import Any
 
 from shared import keys
 from shared.acceptance import CheckInput, assess_check, decide, run_document
+from shared.envelope import RunEvidence, read_run_evidence
 from shared.evidence import config_map
 from shared.run import TERMINAL_PHASES
+from shared.runevidence import materialize
 from tests import evidence_builders as eb
 from tests.builders import run_manifest
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 RUN_UID = "7d3f2a10-5b6c-4d7e-8f90-a1b2c3d4e5f6"
+CHECK_CONFIG_MAPS: dict[str, dict[int, Obj | None]] = {}
+"""Per Run evidence digest made by ``accepted``: the check evidence ConfigMaps it names (the
+Run document names them, v2; a reader fetches them)."""
 
 
 def stamp(when: datetime) -> str:
@@ -60,10 +65,13 @@ def accepted(
     if documents is None:
         documents = [evidence(run, i) for i in range(len(run["spec"]["checks"]))]
     meta = run["metadata"]
-    outcomes = []
+    outcomes, stored = [], {}
     for index, document in enumerate(documents):
         name = f"{meta['name']}-c{index}-evidence"
         cm = eb.config_map(name, document) if document is not None else None
+        if cm is not None:
+            cm["metadata"]["uid"] = f"cm-{meta['uid']}-c{index}"
+        stored[index] = cm
         outcomes.append(assess_check(run, CheckInput(index, name, cm)))
     decision = decide(
         run, outcomes, node_uids=uids or dict(node_uids(run)), workflow_phase=workflow_phase, deadline_passed=False
@@ -76,6 +84,7 @@ def accepted(
         name=f"{meta['name']}-evidence", namespace=meta["namespace"], owner=owner, labels=labels, document=document
     )
     manifest["metadata"]["uid"] = f"cm-{meta['uid']}"
+    CHECK_CONFIG_MAPS[digest] = stored
     done = copy.deepcopy(run)
     done["status"] = {
         **done.get("status", {}),
@@ -86,3 +95,13 @@ def accepted(
     }
     assert done["status"]["phase"] in TERMINAL_PHASES
     return done, manifest, document, digest
+
+
+def read(run: Obj, config_map: Obj | None, digest: str | None, **options: Any) -> RunEvidence:
+    """``read_run_evidence`` and, as the portal does, each check's evidence from the ConfigMaps
+    the document names (those ``accepted`` stored for that digest)."""
+    found = read_run_evidence(config_map, expected_digest=digest, **options)
+    if found.document is None:
+        return found
+    document = materialize(run, found.document, CHECK_CONFIG_MAPS.get(digest or "", {}))
+    return RunEvidence(found.verification, found.message, document, found.digest)

@@ -30,10 +30,16 @@ def _run() -> Obj:
     return run
 
 
+STORED: dict[str, dict[int, Obj | None]] = {}
+"""Per Run uid: the check evidence ConfigMaps as stored (what the v2 document names)."""
+
+
 def _stored(run: Obj, check: Obj, reported: str | None) -> tuple[Obj, Obj, dict[int, str]]:
     """The Run evidence document the controller derives, its ConfigMap, the reported digests."""
-    cm = eb.config_map("x", check)
-    outcome = assess_check(run, CheckInput(0, "x", cm, reported))
+    name = keys.check_evidence_name(run["metadata"]["name"], 0)
+    cm = eb.config_map(name, check)
+    STORED[run["metadata"]["uid"]] = {0: cm}
+    outcome = assess_check(run, CheckInput(0, name, cm, reported))
     uids = {p["nodeName"]: p["nodeUID"] for p in run["spec"]["participants"]}
     decision = decide(run, [outcome], node_uids=uids, workflow_phase="Succeeded", deadline_passed=False)
     document = run_document(run, decision, workflow={"status": {"phase": "Succeeded"}}, decided_at=eb.STAMP)
@@ -43,7 +49,15 @@ def _stored(run: Obj, check: Obj, reported: str | None) -> tuple[Obj, Obj, dict[
 
 def _problem(run: Obj, document: Obj, body: Obj, reported: dict[int, str]) -> str | None:
     uids: dict[str, str | None] = {p["nodeName"]: p["nodeUID"] for p in run["spec"]["participants"]}
-    return adoption_problem(run, body, document, reported=reported, node_uids=uids, workflow_phase="Succeeded")
+    return adoption_problem(
+        run,
+        body,
+        document,
+        reported=reported,
+        node_uids=uids,
+        workflow_phase="Succeeded",
+        check_config_maps=STORED[run["metadata"]["uid"]],
+    )
 
 
 def _set(path: str, value: Any) -> Callable[[Obj], None]:
@@ -81,10 +95,8 @@ FORGERIES: dict[str, tuple[Callable[[Obj], None], str]] = {
     "names-a-stranger": (lambda d: d["nodes"].update(stranger="Pass"), "outside spec.participants: stranger"),
     "another-run": (_set("run.uid", "someone-else"), "names another Run"),
     "other-participants": (_set("participants.0.nodeUID", "other"), "participants are not the Run's"),
-    "evidence-swapped": (
-        lambda d: d["checks"][0]["evidence"].update(reason="edited"),
-        "does not match the digest recorded beside it",
-    ),
+    "evidence-digest-edited": (_set("checks.0.digest", "sha256:" + "0" * 64), "gives Inconclusive, not Failed"),
+    "evidence-named-elsewhere": (_set("checks.0.configMap", "elsewhere"), "gives Inconclusive, not Failed"),
     "no-check-entry": (lambda d: d["checks"].clear(), "exactly one entry per check"),
     "deadline-not-a-bool": (_set("deadlinePassed", "no"), "deadlinePassed is not a boolean"),
     # Wrongly shaped documents are refused with a reason, never an exception that would leave
@@ -109,6 +121,37 @@ def test_a_forged_document_is_not_adopted(case: str) -> None:
     problem = _problem(run, forged, body, reported)
     assert problem is not None
     assert why in problem, problem
+
+
+@pytest.mark.parametrize("case", ["deleted", "replaced", "not-the-runs"])
+def test_a_v2_document_whose_check_evidence_changed_is_not_adopted(case: str) -> None:
+    """The v2 document names each check's evidence: adoption reads it again; a missing or
+    altered ConfigMap makes that check Inconclusive, so a recorded Pass no longer re-derives."""
+    run = _run()
+    check = eb.check_evidence(run)
+    document, body, reported = _stored(run, check, eb.digest_of(check))
+    assert document["phase"] == "Succeeded"
+    assert "evidence" not in document["checks"][0]
+    name = keys.check_evidence_name(run["metadata"]["name"], 0)
+    if case == "deleted":
+        STORED[run["metadata"]["uid"]][0] = None
+    elif case == "replaced":
+        STORED[run["metadata"]["uid"]][0] = eb.config_map(name, eb.check_evidence(run, verdicts={0: "Fail"}))
+    else:
+        STORED[run["metadata"]["uid"]][0] = eb.config_map(name, check, owner={"metadata": {"name": "o", "uid": "o"}})
+    assert "gives Inconclusive, not Succeeded" in str(_problem(run, document, body, reported))
+
+
+def test_an_old_v1_document_is_still_adopted_and_checked() -> None:
+    """A v1 document (evidence embedded, written before issue 41) found after an upgrade."""
+    run = _run()
+    check = eb.check_evidence(run, verdicts={1: "Fail"})
+    document, body, reported = _stored(run, check, eb.digest_of(check))
+    old = eb.as_v1(document, STORED[run["metadata"]["uid"]])
+    assert old["checks"][0]["evidence"] == check
+    assert _problem(run, old, body, reported) is None
+    old["checks"][0]["evidence"]["reason"] = "edited"
+    assert "does not match the digest recorded beside it" in str(_problem(run, old, body, reported))
 
 
 def test_evidence_that_is_not_what_the_adapter_reported_is_not_adopted_as_a_pass() -> None:
@@ -136,8 +179,6 @@ def test_a_too_large_document_is_adopted_only_if_it_certifies_nothing() -> None:
     document, body, reported = _stored(run, check, eb.digest_of(check))
     stripped = copy.deepcopy(document)
     stripped["reason"] = "EvidenceTooLarge"
-    for entry in stripped["checks"]:
-        entry["evidence"] = None
     stripped["nodes"] = {"n0": "Inconclusive", "n1": "Fail"}
     assert _problem(run, stripped, body, reported) is None
     stripped["nodes"]["n0"] = "Pass"

@@ -26,12 +26,12 @@ from runner.execute import Outcome
 from runner.report import build_result, fit
 from shared.classify import classify
 from shared.digests import canonical_json, sha256_digest
-from shared.envelope import State, ValidationResult, Verification, derive, read_run_evidence
+from shared.envelope import State, ValidationResult, Verification, derive
 from shared.evidence import CheckEvidence, CheckIdentity, CheckResults, Cleanup, RunIdentity, Workload, check_verdict
 from shared.evidence import to_document as dump
 from shared.run import Participant, Verdict
 from tests import evidence_builders as eb
-from tests.unit.test_envelope_builders import NOW, accepted, make_run, stamp
+from tests.unit.test_envelope_builders import NOW, accepted, make_run, read, stamp
 from tests.unit.test_nccl_ib_example import DATA, nccl
 
 Obj = dict[str, Any]
@@ -207,7 +207,7 @@ def mpi_evidence(
 
 def envelopes(run: Obj, documents: list[Obj | None], **kwargs: Any) -> tuple[Obj, list[ValidationResult]]:
     done, cm, _, digest = accepted(run, documents, **kwargs)
-    return done, derive(done, read_run_evidence(cm, expected_digest=digest), cluster="lab", observed_at=NOW)
+    return done, derive(done, read(done, cm, digest), cluster="lab", observed_at=NOW)
 
 
 def states(results: list[ValidationResult], uids: dict[str, str | None] | None = None) -> dict[str, tuple[State, str]]:

@@ -20,8 +20,8 @@ from portal.openapi import document
 from portal.pagination import Key, TokenError, decode_token, encode_token
 from portal.sight import EVERYTHING, Sight
 from shared.classify import classified
-from shared.envelope import State, derive, read_run_evidence
-from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run
+from shared.envelope import State, derive
+from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run, read
 
 Obj = dict[str, Any]
 
@@ -133,7 +133,7 @@ class Fixed:
 def _results(name: str, namespace: str, **kw: Any) -> list[Entry]:
     run = make_run(name, namespace=namespace)
     done, cm, _, digest = accepted(run, [evidence(run, **kw)])
-    derived = derive(done, read_run_evidence(cm, expected_digest=digest), cluster="c", observed_at=NOW)
+    derived = derive(done, read(done, cm, digest), cluster="c", observed_at=NOW)
     uids = {p["nodeName"]: p["nodeUID"] for p in run["spec"]["participants"]}
     return [
         entry_of(classified(r, current_node_uid=uids[r.target.name], now=NOW, window=timedelta(days=7)))

@@ -9,8 +9,8 @@ import pytest
 
 from portal.freshness import PROFILE_MISSING, judged
 from shared.classify import freshness_window
-from shared.envelope import State, ValidationResult, derive, read_run_evidence
-from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run
+from shared.envelope import State, ValidationResult, derive
+from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run, read
 
 Obj = dict[str, Any]
 
@@ -33,7 +33,7 @@ def test_the_window_comes_from_the_profile(spec: Obj, expected: timedelta) -> No
 def _result(verdicts: dict[int, str] | None = None) -> ValidationResult:
     run = make_run(participants=2)
     done, cm, _, digest = accepted(run, [evidence(run, verdicts=verdicts)])
-    return derive(done, read_run_evidence(cm, expected_digest=digest), cluster="test", observed_at=NOW)[-1]
+    return derive(done, read(done, cm, digest), cluster="test", observed_at=NOW)[-1]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from portal.health import node_health
 from portal.sight import EVERYTHING
 from portal.sources import Sources, reduce_profile
 from shared.envelope import RunEvidence, ValidationResult, Verification
-from tests.unit.test_envelope_builders import NOW, accepted, evidence, make_run
+from tests.unit.test_envelope_builders import CHECK_CONFIG_MAPS, NOW, accepted, evidence, make_run
 
 Obj = dict[str, Any]
 
@@ -56,6 +56,12 @@ class _Portal:
         self.sources.runs[0].items[f"{meta['namespace']}/{meta['name']}"] = copy.deepcopy(run)
         self.sources.evidence[0].items[f"{meta['namespace']}/{cm_meta['name']}"] = cm_meta["uid"]
         self.kube.objects[_cm_path(meta["namespace"], cm_meta["name"])] = copy.deepcopy(config_map)
+        digest = config_map["metadata"]["annotations"]["projectsignal.dev/evidence-digest"]
+        for check in CHECK_CONFIG_MAPS.get(digest, {}).values():  # what the v2 document names
+            if check is not None:
+                name = check["metadata"]["name"]
+                self.sources.evidence[0].items[f"{meta['namespace']}/{name}"] = check["metadata"]["uid"]
+                self.kube.objects[_cm_path(meta["namespace"], name)] = copy.deepcopy(check)
 
     def add_node(self, name: str, uid: str) -> None:
         node = {"metadata": {"name": name, "uid": uid}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}

@@ -51,6 +51,9 @@ class Recorded:
         self.check_cms: dict[int, Obj | None] = {
             i: None if d is None else eb.config_map(f"r1-c{i}-evidence", d) for i, d in documents.items()
         }
+        self.results_cms: dict[int, Obj | None] = {
+            i: None if d is None else eb.config_map(f"r1-c{i}-results", d["results"]) for i, d in documents.items()
+        }
         outcomes = [
             assess_check(run, CheckInput(i, f"r1-c{i}-evidence", self.check_cms.get(i), (reported or {}).get(i)))
             for i in range(len(run["spec"]["checks"]))
@@ -72,7 +75,7 @@ class Recorded:
         }
 
     def verify(self) -> list[verify.Finding]:
-        return verify.verify(self.run, self.run_cm, self.check_cms)
+        return verify.verify(self.run, self.run_cm, self.check_cms, self.results_cms)
 
 
 def passing() -> Recorded:
@@ -97,15 +100,46 @@ def test_untouched_evidence_verifies_item_by_item() -> None:
         "Run identity",
         "Run status",
         "check 0 check-0 evidence",
-        "check 0 check-0 digest",
+        "check 0 check-0 results",
         "check 0 check-0 verdict",
         "check 1 check-1 evidence",
-        "check 1 check-1 digest",
+        "check 1 check-1 results",
         "check 1 check-1 verdict",
         "Run decision",
     ]
     lines = verify.render(findings)
+    assert lines[0].endswith("decodes (immutable, canonical, evidence/v2)")
     assert lines[1].startswith("OK        Run evidence digest: sha256:")
+    assert lines[6].startswith("OK        check 0 check-0 evidence: ConfigMap r1-c0-evidence: sha256:")
+
+
+def _as_v1(rec: Recorded) -> None:
+    """The Run document as it was stored before issue 41 (v1: each check's evidence embedded)."""
+    _resign(lambda d: d.update(eb.as_v1(d, rec.check_cms)))(rec)
+
+
+def test_an_old_v1_document_still_verifies_item_by_item() -> None:
+    rec = passing()
+    _as_v1(rec)
+    findings = rec.verify()
+    assert verify.exit_code(findings) == 0, verify.render(findings)
+    assert findings[0].detail == "decodes (immutable, canonical, evidence/v1)"
+    assert [f.subject for f in findings][6:9] == [
+        "check 0 check-0 evidence",
+        "check 0 check-0 digest",
+        "check 0 check-0 verdict",
+    ]
+    rec.document["checks"][0]["evidence"]["reason"] = "edited"
+    _resign(lambda d: None)(rec)
+    assert states(rec.verify())["check 0 check-0 evidence"] == "MISMATCH"
+
+
+def test_without_the_results_config_maps_the_link_is_checked_by_name_and_digest() -> None:
+    """What describe node does (it reads only the check evidence ConfigMaps)."""
+    rec = passing()
+    findings = verify.verify(rec.run, rec.run_cm, rec.check_cms)
+    assert verify.exit_code(findings) == 0, verify.render(findings)
+    assert "results ConfigMap not read" in next(f.detail for f in findings if f.subject == "check 0 check-0 results")
 
 
 def _replace_check(rec: Recorded) -> None:
@@ -153,9 +187,27 @@ TAMPERING: dict[str, tuple[Callable[[Recorded], None], str, int]] = {
     ),
     "document-names-other-run": (_resign(lambda d: d["run"].update(uid="other")), "Run identity", 1),
     "embedded-verdict-flipped": (_resign(_set_phase), "check 1 check-1 verdict", 1),
-    "embedded-evidence-edited": (
-        _resign(lambda d: d["checks"][0]["evidence"].update(reason="edited")),
+    "named-evidence-digest-edited": (
+        _resign(lambda d: d["checks"][0].update(digest="sha256:" + "0" * 64)),
         "check 0 check-0 evidence",
+        1,
+    ),
+    "named-evidence-elsewhere": (
+        _resign(lambda d: d["checks"][0].update(configMap="elsewhere")),
+        "check 0 check-0 evidence",
+        1,
+    ),
+    "results-config-map-deleted": (lambda rec: rec.results_cms.update({1: None}), "check 1 check-1 results", 2),
+    "results-config-map-replaced": (
+        lambda rec: rec.results_cms.update(
+            {1: eb.config_map("r1-c1-results", eb.check_evidence(rec.run, 1, verdicts={0: "Fail"})["results"])}
+        ),
+        "check 1 check-1 results",
+        1,
+    ),
+    "results-link-edited": (
+        _resign(lambda d: d["checks"][1].update(resultsDigest="sha256:" + "3" * 64)),
+        "check 1 check-1 results",
         1,
     ),
     "decision-flipped": (_resign(lambda d: d.update(phase="Failed", reason="CheckFailed")), "Run decision", 1),
@@ -248,8 +300,9 @@ def test_the_recorded_size_must_be_the_exact_stored_size() -> None:
 
 
 def test_too_large_run_evidence_is_compared_by_digest() -> None:
-    """What controller/accept.py stores when the Run document would not fit: no embedded evidence."""
+    """What controller/accept.py stored (v1) when the Run document would not fit: no embedded evidence."""
     rec = passing()
+    _as_v1(rec)
 
     def strip(doc: Obj) -> None:
         for check in doc["checks"]:
