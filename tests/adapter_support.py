@@ -100,7 +100,13 @@ class AdapterWorld:
         run = await self.admin.merge_patch(
             resource_path(API, keys.RUN_PLURAL, self.namespace, name, "status"), {"status": {"phase": "Running"}}
         )
-        owner = {"apiVersion": API, "kind": keys.RUN_KIND, "name": name, "uid": run["metadata"]["uid"]}
+        owner = {
+            "apiVersion": API,
+            "kind": keys.RUN_KIND,
+            "name": name,
+            "uid": run["metadata"]["uid"],
+            "controller": True,
+        }
         snapshot = {
             "metadata": {"name": f"{name}-scripts", "ownerReferences": [owner]},
             "data": scripts,

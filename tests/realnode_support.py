@@ -168,7 +168,13 @@ class RealWorld(AdapterWorld):
         runs = resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace)
         await self.admin.create(runs, body)
         run = await self.admin.merge_patch(f"{runs}/{name}/status", {"status": {"phase": "Running"}})
-        owner = {"apiVersion": keys.API_VERSION, "kind": keys.RUN_KIND, "name": name, "uid": run["metadata"]["uid"]}
+        owner = {
+            "apiVersion": keys.API_VERSION,
+            "kind": keys.RUN_KIND,
+            "name": name,
+            "uid": run["metadata"]["uid"],
+            "controller": True,
+        }
         snapshot = {"metadata": {"name": f"{name}-scripts", "ownerReferences": [owner]}, "data": scripts}
         snapshot["immutable"] = True
         await self.admin.create(resource_path("v1", "configmaps", self.namespace), snapshot)
