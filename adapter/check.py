@@ -20,7 +20,8 @@ retried after its adapter was killed still removes what that adapter created.
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,6 +62,9 @@ class Settings:
     """Time beyond the check's deadline to wait for results (Pods that never start)."""
     quiesce_seconds: float = 60.0
     """Bound on proving every workload gone."""
+    trusted_nodes: Mapping[str, str] = field(default_factory=dict)
+    """The trusted Nodes' ``node-restriction.kubernetes.io/`` labels: where a ``crossNode``
+    launcher may run (adapter/placement.py); empty: any Node not under test."""
 
 
 class Interrupted(RuntimeError):
@@ -153,6 +157,7 @@ async def _run_backend(
         sshd=settings.sshd,
         bound=bound,
         script=script,
+        trusted=settings.trusted_nodes,
         observe_only=observe_only,
     )
 

@@ -15,7 +15,7 @@ the workloads are removed.
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from adapter import backend, collect, workloads
@@ -39,13 +39,15 @@ async def _existing_jobs(kube: Kube, inputs: Inputs) -> dict[str, Obj]:
     return {j["metadata"]["name"]: j for j in listing.get("items", []) if backend.owned_by(j, inputs.run_uid)}
 
 
-async def _jobs(kube: Kube, inputs: Inputs, image: str, sshd: str, observe_only: bool) -> list[tuple[Obj, int | None]]:
+async def _jobs(
+    kube: Kube, inputs: Inputs, image: str, sshd: str, observe_only: bool, trusted: Mapping[str, str]
+) -> list[tuple[Obj, int | None]]:
     """(MPIJob, participant index or None) of the check, created or adopted."""
     path = resource_path(*MPIJOBS, inputs.run_namespace)
     if observe_only:
         existing = await _existing_jobs(kube, inputs)
         return [(existing[name], index) for name, index in workloads.mpijob_names(inputs) if name in existing]
-    bodies = workloads.mpijobs(inputs, image, sshd=sshd)
+    bodies = workloads.mpijobs(inputs, image, sshd=sshd, trusted=trusted)
     made = await backend.fan_out(lambda b: backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid), bodies)
     return list(zip(made, [index for _, index in workloads.mpijob_names(inputs)], strict=True))
 
@@ -208,11 +210,12 @@ async def run(
     sshd: str,
     bound: float,
     script: str | None,
+    trusted: Mapping[str, str] | None = None,
     observe_only: bool = False,
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None]:
     """Results per participant, every workload found, and (crossNode) the launcher's result;
     a verdict counts only from a launcher that executed ``script`` (the snapshot's)."""
-    jobs = await _jobs(kube, inputs, image, sshd, observe_only)
+    jobs = await _jobs(kube, inputs, image, sshd, observe_only, trusted or {})
     outcomes = await asyncio.gather(*(_one(kube, inputs, job, index, image, bound, script) for job, index in jobs))
     by_index: dict[int, ParticipantResult] = {}
     found: list[Workload] = []
