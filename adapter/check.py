@@ -20,7 +20,8 @@ retried after its adapter was killed still removes what that adapter created.
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,7 +32,7 @@ from adapter.backend import TreeCheck, log
 from adapter.inputs import Inputs, Refusal, ended, validate_against_run
 from kubeio.client import Kube, resource_path
 from kubeio.errors import AlreadyExists
-from shared import keys
+from shared import keys, ownership, snapshot
 from shared.evidence import (
     CHECK_EVIDENCE_SCHEMA,
     RESULTS_SCHEMA,
@@ -61,6 +62,9 @@ class Settings:
     """Time beyond the check's deadline to wait for results (Pods that never start)."""
     quiesce_seconds: float = 60.0
     """Bound on proving every workload gone."""
+    trusted_nodes: Mapping[str, str] = field(default_factory=dict)
+    """The trusted Nodes' ``node-restriction.kubernetes.io/`` labels: where a ``crossNode``
+    launcher may run (adapter/placement.py); empty: any Node not under test."""
 
 
 class Interrupted(RuntimeError):
@@ -79,12 +83,23 @@ def _now() -> datetime:
     return to_millisecond(datetime.now(UTC))
 
 
+def _signals(obj: Obj, inputs: Inputs) -> bool:
+    """Whether a Pod or MPIJob carrying this Run's labels is one Signal made for it (the adapter's,
+    owned by the Run; or the MPI operator's and the Job controller's, controlled by an MPIJob or
+    a Job): a mirror Pod, or anything else with the labels, is ignored (``shared.ownership``), so
+    that a kubelet's look-alike cannot hold the Run's checks back."""
+    if ownership.is_mirror(obj):
+        return False
+    ref = ownership.controller_ref(obj) or {}
+    return backend.owned_by(obj, inputs.run_uid) or ref.get("kind") in (ownership.MPIJOB_KIND, ownership.JOB_KIND)
+
+
 async def _guard_other_checks(kube: Kube, inputs: Inputs) -> None:
     selector = f"{keys.RUN_UID_LABEL}={inputs.run_uid},{keys.CHECK_LABEL}!={inputs.check.name}"
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
     jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    left = [f"Pod {p['metadata']['name']}" for p in pods]
-    left += [f"MPIJob {j['metadata']['name']}" for j in jobs.get("items", [])]
+    left = [f"Pod {p['metadata']['name']}" for p in pods if _signals(p, inputs)]
+    left += [f"MPIJob {j['metadata']['name']}" for j in jobs.get("items", []) if _signals(j, inputs)]
     if left:
         raise Refusal(
             f"Run {inputs.run_name}: workloads of another check still exist ({', '.join(sorted(left)[:5])}); "
@@ -111,7 +126,7 @@ async def _persist(kube: Kube, inputs: Inputs, name: str, document: Obj, schema:
 
 
 async def _run_pods(
-    kube: Kube, inputs: Inputs, settings: Settings, *, observe_only: bool = False
+    kube: Kube, inputs: Inputs, settings: Settings, script: str | None, *, observe_only: bool = False
 ) -> tuple[list[ParticipantResult], list[Workload]]:
     path = resource_path("v1", "pods", inputs.run_namespace)
     bodies = [
@@ -128,28 +143,42 @@ async def _run_pods(
 
     bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
     pods = await backend.wait_pods(kube, inputs.run_namespace, workloads.check_selector(inputs), finished, bound)
-    pods = [p for p in pods if backend.runs_runner(p, settings.runner_image) and backend.owned_by(p, inputs.run_uid)]
-    return collect.collect_pods(inputs.participants, pods), collect.pod_workloads(pods)
+    # Only the Pods the adapter created for this Run count (``shared.ownership``): a mirror Pod
+    # or another creator's Pod with the same labels is ignored.
+    pods = [p for p in pods if backend.runs_runner(p, settings.runner_image) and _created(p, inputs)]
+    owners = ownership.run_chain_of(inputs.run_name, inputs.run_uid)
+    return collect.collect_pods(inputs.participants, pods, script=script), collect.pod_workloads(pods, owners)
+
+
+def _created(pod: Obj, inputs: Inputs) -> bool:
+    return ownership.run_chain(pod, inputs.run_name, inputs.run_uid) is not None
 
 
 async def _run_backend(
-    kube: Kube, inputs: Inputs, settings: Settings, *, observe_only: bool = False
+    kube: Kube, inputs: Inputs, settings: Settings, script: str | None, *, observe_only: bool = False
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None]:
     if inputs.check.backend == "Pod":
-        participants, found = await _run_pods(kube, inputs, settings, observe_only=observe_only)
+        participants, found = await _run_pods(kube, inputs, settings, script, observe_only=observe_only)
         return participants, found, None
     bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
     return await mpijobs.run(
-        kube, inputs, image=settings.runner_image, sshd=settings.sshd, bound=bound, observe_only=observe_only
+        kube,
+        inputs,
+        image=settings.runner_image,
+        sshd=settings.sshd,
+        bound=bound,
+        script=script,
+        trusted=settings.trusted_nodes,
+        observe_only=observe_only,
     )
 
 
 async def _until_stopped(
-    kube: Kube, inputs: Inputs, settings: Settings, stop: asyncio.Event
+    kube: Kube, inputs: Inputs, settings: Settings, script: str | None, stop: asyncio.Event
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None, bool]:
     """Run the check unless ``stop`` is set first; then take what exists now instead.
     The last value says whether the check was interrupted."""
-    work = asyncio.ensure_future(_run_backend(kube, inputs, settings))
+    work = asyncio.ensure_future(_run_backend(kube, inputs, settings, script))
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
     if work.done():
@@ -159,7 +188,7 @@ async def _until_stopped(
     with contextlib.suppress(asyncio.CancelledError):
         await work
     log.warning("check interrupted; taking what exists now as its results", check=inputs.check.name)
-    return (*await _run_backend(kube, inputs, settings, observe_only=True), True)
+    return (*await _run_backend(kube, inputs, settings, script, observe_only=True), True)
 
 
 async def _collect(
@@ -176,14 +205,16 @@ async def _collect(
         except ValueError as exc:
             raise Refusal(f"results ConfigMap {inputs.run_namespace}/{name} is unusable: {exc}") from exc
     started = _now()
+    bundle = await _verified_snapshot(kube, inputs, source_digest, refuse=not observe_only)
+    script = bundle.get(inputs.check.script_key) if bundle is not None else None
     if observe_only:
-        participants, found, launcher = await _run_backend(kube, inputs, settings, observe_only=True)
+        participants, found, launcher = await _run_backend(kube, inputs, settings, script, observe_only=True)
         interrupted = True
     else:
         await _guard_other_checks(kube, inputs)
         if stop.is_set():
             raise Interrupted(f"Run {inputs.run_name} check {inputs.check.name}: stopped before it started")
-        participants, found, launcher, interrupted = await _until_stopped(kube, inputs, settings, stop)
+        participants, found, launcher, interrupted = await _until_stopped(kube, inputs, settings, script, stop)
     verdict, reason = check_verdict(participants)
     if interrupted:
         reason = f"Interrupted: {reason}"
@@ -195,6 +226,8 @@ async def _collect(
             backend=inputs.check.backend,
             script_key=inputs.check.script_key,
             source_digest=source_digest,
+            bundle=bundle,
+            script_digest=script,
         ),
         verdict=verdict,
         reason=reason,
@@ -207,6 +240,29 @@ async def _collect(
     digest, size = await _persist(kube, inputs, name, to_document(results), RESULTS_SCHEMA)
     log.info("results persisted", config_map=name, digest=digest, bytes=size, verdict=verdict.value)
     return results, digest, interrupted
+
+
+async def _verified_snapshot(kube: Kube, inputs: Inputs, source_digest: str, *, refuse: bool) -> dict[str, str] | None:
+    """sha256 of every key of the Run's snapshot, once it is shown to be the Run's own
+    (``shared.snapshot.problem``: controlled by the Run, immutable, its bytes the Run's source
+    digest) and to hold the check's script key. Otherwise: ``refuse`` (before anything is
+    created) raises Refusal; else (taking what exists after an interruption) None, and no
+    verdict of the check is proven."""
+    where = f"snapshot ConfigMap {inputs.run_namespace}/{inputs.snapshot}"
+    found = await kube.get_or_none(resource_path("v1", "configmaps", inputs.run_namespace, inputs.snapshot))
+    why = "it does not exist" if found is None else snapshot.problem(found, inputs.run_uid, source_digest)
+    digests = snapshot.key_digests(found) if found is not None and why is None else None
+    if digests is not None and inputs.check.script_key not in digests:
+        why = f"it has no key {inputs.check.script_key!r}"
+    if why is None and digests is not None:
+        return digests
+    if refuse:
+        raise Refusal(
+            f"{where} is not Run {inputs.run_name}'s snapshot: {why}; no workload may run it. "
+            "The controller makes it; find who changed or replaced it"
+        )
+    log.warning("the Run's snapshot cannot be verified; no verdict of this check is proven", problem=why)
+    return None
 
 
 async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: Settings) -> Cleanup:
@@ -319,7 +375,7 @@ async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
     selector = workloads.check_selector(inputs)
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
     jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    return bool(pods or jobs.get("items"))
+    return any(_signals(o, inputs) for o in [*pods, *jobs.get("items", [])])
 
 
 async def _has_results(kube: Kube, inputs: Inputs) -> bool:

@@ -18,7 +18,9 @@ Placement: a Pod check's Pod is bound with ``nodeName``, except when it names a 
 Kueue gates such Pods and the API server refuses a gated Pod with ``nodeName``, so it is
 placed by required node affinity on ``metadata.name`` instead, as are MPI workers and a
 ``perNode`` launcher (on its participant's Node). A ``crossNode`` launcher speaks for every
-participant, so it never runs on a Node under test (``off_nodes_under_test``; docs/security.md).
+participant, so it never runs on a Node under test (``off_nodes_under_test``), and, where an operator
+marked trusted Nodes with ``node-restriction.kubernetes.io/`` labels (the adapter's
+``--trusted-node-selector``, the step Pods' own), only on those (docs/security.md).
 
 MPI over SSH on a real cluster: the MPI operator mounts its key Secret at the runner user's
 ``~/.ssh`` (``sshAuthMountPath``), the Pods' ``fsGroup`` lets that user read it, OpenMPI's
@@ -27,6 +29,7 @@ non-root sshd on ``keys.SSHD_PORT`` (set in the runner image's ssh client config
 """
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any, Final
 
 from adapter.inputs import Inputs
@@ -284,6 +287,7 @@ def mpijob(
     sshd: str = DEFAULT_SSHD,
     participant_index: int | None = None,
     worker_grace_seconds: int = WORKER_GRACE_SECONDS,
+    trusted: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One MPIJob. ``crossNode`` (``participant_index`` None): a launcher on a Node that is
     not under test (``off_nodes_under_test``; no Signal taint tolerated) and exactly one
@@ -338,7 +342,7 @@ def mpijob(
     launcher_container.pop("resources", None)
     launcher_spec = _pod_spec(inputs, launcher_container)
     if participant_index is None:
-        launcher_spec["affinity"] = off_nodes_under_test(nodes)
+        launcher_spec["affinity"] = off_nodes_under_test(nodes, trusted)
         launcher_spec["tolerations"] = [t for t in launcher_spec["tolerations"] if t["key"] != RESERVED_TAINT_KEY]
     else:
         launcher_spec["affinity"] = node_affinity(nodes)
@@ -377,6 +381,11 @@ def mpijob(
     }
 
 
-def mpijobs(inputs: Inputs, image: str, *, sshd: str = DEFAULT_SSHD) -> list[dict[str, Any]]:
-    """Every MPIJob of the check: one (crossNode) or one per participant (perNode)."""
-    return [mpijob(inputs, image, sshd=sshd, participant_index=index) for _, index in mpijob_names(inputs)]
+def mpijobs(
+    inputs: Inputs, image: str, *, sshd: str = DEFAULT_SSHD, trusted: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Every MPIJob of the check: one (crossNode, its launcher on a ``trusted`` Node when an
+    operator marked them) or one per participant (perNode)."""
+    return [
+        mpijob(inputs, image, sshd=sshd, participant_index=index, trusted=trusted) for _, index in mpijob_names(inputs)
+    ]

@@ -9,11 +9,12 @@ after retention deleted the group's older Runs. Children are named after their R
 import hashlib
 import json
 import math
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from controller.nodes import RESERVED_TAINT_KEY, NodeView
-from shared import keys
+from shared import keys, snapshot
 from shared.durations import parse_duration
 from shared.profile import CertificationProfile
 
@@ -51,8 +52,16 @@ def next_ordinal(profile: str, ghash: str, names: Iterable[str]) -> int:
     return 1 + max(ordinals, default=0)
 
 
-def snapshot_name(run: str) -> str:
-    return f"{run}-scripts"
+def snapshot_name(run: str, nonce: str = "") -> str:
+    """``<run>-scripts-<nonce>``: a fresh ``nonce`` for each Run (``new_nonce``), so that a
+    ConfigMap squatting a group's snapshot name can block at most the Run it was made for
+    (rolled back), never the group's next admission, whose Run gets another name."""
+    return f"{run}-scripts-{nonce}" if nonce else f"{run}-scripts"
+
+
+def new_nonce() -> str:
+    """Eight random hex digits for a Run's snapshot name."""
+    return secrets.token_hex(4)
 
 
 def suite_deadline_seconds(profile: CertificationProfile) -> int:
@@ -91,6 +100,7 @@ def run_manifest(
     ghash: str,
     source_digest: str,
     attempt: int = 1,
+    snapshot_nonce: str = "",
 ) -> dict[str, Any]:
     participants = [
         {
@@ -117,7 +127,7 @@ def run_manifest(
                 "generation": profile.metadata.generation or 1,
             },
             "checks": [c.to_wire() for c in profile.spec.checks],
-            "source": {"digest": source_digest, "snapshotConfigMap": snapshot_name(name)},
+            "source": {"digest": source_digest, "snapshotConfigMap": snapshot_name(name, snapshot_nonce)},
             "participants": participants,
             "suiteDeadlineSeconds": suite_deadline_seconds(profile),
             "attempt": attempt,
@@ -131,9 +141,13 @@ def snapshot_manifest(run: Mapping[str, Any], source: Mapping[str, Any]) -> dict
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": snapshot_name(run["metadata"]["name"]),
+            "name": run["spec"]["source"]["snapshotConfigMap"],
             "namespace": run["metadata"]["namespace"],
-            "labels": {keys.RUN_NAME_LABEL: run["metadata"]["name"], keys.RUN_UID_LABEL: run["metadata"]["uid"]},
+            "labels": {
+                keys.RUN_NAME_LABEL: run["metadata"]["name"],
+                keys.RUN_UID_LABEL: run["metadata"]["uid"],
+                keys.COMPONENT_LABEL: snapshot.COMPONENT,
+            },
             "ownerReferences": [owner_reference(run)],
         },
         "immutable": True,

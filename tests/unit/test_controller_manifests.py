@@ -309,7 +309,11 @@ def test_snapshot_manifest(source: dict[str, Any], copied: dict[str, Any]) -> No
         "metadata": {
             "name": "gpu-basic-0123456789-0-scripts",
             "namespace": "signal-system",
-            "labels": {keys.RUN_NAME_LABEL: "gpu-basic-0123456789-0", keys.RUN_UID_LABEL: "run-uid-1"},
+            "labels": {
+                keys.RUN_NAME_LABEL: "gpu-basic-0123456789-0",
+                keys.RUN_UID_LABEL: "run-uid-1",
+                keys.COMPONENT_LABEL: "scripts",
+            },
             "ownerReferences": [OWNER],
         },
         "immutable": True,
