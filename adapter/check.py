@@ -30,6 +30,7 @@ from adapter.adoption import labels as evidence_labels
 from adapter.backend import TreeCheck, log
 from adapter.inputs import Inputs, Refusal, ended, validate_against_run
 from kubeio.client import Kube, resource_path
+from kubeio.discovery import list_if_served
 from kubeio.errors import AlreadyExists
 from shared import keys
 from shared.evidence import (
@@ -48,7 +49,7 @@ from shared.evidence import (
 )
 from shared.meta import to_millisecond
 from shared.result import RunnerResult
-from shared.run import Verdict
+from shared.run import Verdict, may_have_mpijobs
 
 Obj = dict[str, Any]
 
@@ -79,12 +80,21 @@ def _now() -> datetime:
     return to_millisecond(datetime.now(UTC))
 
 
-async def _guard_other_checks(kube: Kube, inputs: Inputs) -> None:
+async def _mpijobs(kube: Kube, inputs: Inputs, selector: str) -> list[Obj]:
+    """MPIJobs matching ``selector``; none where the cluster does not serve MPIJobs at all
+    (no MPI operator; kubeio/discovery.py confirms the list's 404, else it is raised)."""
+    return await list_if_served(
+        kube, workloads.MPI_API, keys.MPIJOB_PLURAL, inputs.run_namespace, labelSelector=selector
+    )
+
+
+async def _guard_other_checks(kube: Kube, inputs: Inputs, run: Obj) -> None:
     selector = f"{keys.RUN_UID_LABEL}={inputs.run_uid},{keys.CHECK_LABEL}!={inputs.check.name}"
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
     left = [f"Pod {p['metadata']['name']}" for p in pods]
-    left += [f"MPIJob {j['metadata']['name']}" for j in jobs.get("items", [])]
+    others = [c for i, c in enumerate(run["spec"].get("checks") or []) if i != inputs.check_index]
+    if may_have_mpijobs(others):  # a Pod-only Run has no MPIJob to wait for
+        left += [f"MPIJob {j['metadata']['name']}" for j in await _mpijobs(kube, inputs, selector)]
     if left:
         raise Refusal(
             f"Run {inputs.run_name}: workloads of another check still exist ({', '.join(sorted(left)[:5])}); "
@@ -163,7 +173,7 @@ async def _until_stopped(
 
 
 async def _collect(
-    kube: Kube, inputs: Inputs, settings: Settings, source_digest: str, stop: asyncio.Event, *, observe_only: bool
+    kube: Kube, inputs: Inputs, settings: Settings, run: Obj, stop: asyncio.Event, *, observe_only: bool
 ) -> tuple[CheckResults, str, bool]:
     """Run the check (or, ``observe_only``, take what exists now) and persist its results;
     or load results an earlier attempt persisted. The last value: interrupted."""
@@ -180,7 +190,7 @@ async def _collect(
         participants, found, launcher = await _run_backend(kube, inputs, settings, observe_only=True)
         interrupted = True
     else:
-        await _guard_other_checks(kube, inputs)
+        await _guard_other_checks(kube, inputs, run)
         if stop.is_set():
             raise Interrupted(f"Run {inputs.run_name} check {inputs.check.name}: stopped before it started")
         participants, found, launcher, interrupted = await _until_stopped(kube, inputs, settings, stop)
@@ -194,7 +204,7 @@ async def _collect(
             name=inputs.check.name,
             backend=inputs.check.backend,
             script_key=inputs.check.script_key,
-            source_digest=source_digest,
+            source_digest=run["spec"]["source"]["digest"],
         ),
         verdict=verdict,
         reason=reason,
@@ -289,9 +299,7 @@ async def _finish(
         return Report(kept.verdict, name, digest, proceed=_proceed(kept))
     if observe_only and not await _has_workloads(kube, inputs) and not await _has_results(kube, inputs):
         return Report(Verdict.INCONCLUSIVE, "", "", proceed=False)
-    results, results_digest, interrupted = await _collect(
-        kube, inputs, settings, run["spec"]["source"]["digest"], stop, observe_only=observe_only
-    )
+    results, results_digest, interrupted = await _collect(kube, inputs, settings, run, stop, observe_only=observe_only)
     cleanup = await _quiesce(kube, inputs, results, settings)
     verdict, reason = results.verdict, results.reason
     if cleanup.state != "Complete":
@@ -318,8 +326,9 @@ async def _finish(
 async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
     selector = workloads.check_selector(inputs)
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    return bool(pods or jobs.get("items"))
+    if pods or inputs.check.backend == "Pod":  # a Pod check has no MPIJob
+        return bool(pods)
+    return bool(await _mpijobs(kube, inputs, selector))
 
 
 async def _has_results(kube: Kube, inputs: Inputs) -> bool:
