@@ -31,6 +31,7 @@ from adapter.adoption import labels as evidence_labels
 from adapter.backend import TreeCheck, log
 from adapter.inputs import Inputs, Refusal, ended, validate_against_run
 from kubeio.client import Kube, resource_path
+from kubeio.discovery import list_if_served
 from kubeio.errors import AlreadyExists
 from shared import keys, ownership, snapshot
 from shared.evidence import (
@@ -49,7 +50,7 @@ from shared.evidence import (
 )
 from shared.meta import to_millisecond
 from shared.result import RunnerResult
-from shared.run import Verdict
+from shared.run import Verdict, may_have_mpijobs
 
 Obj = dict[str, Any]
 
@@ -94,12 +95,22 @@ def _signals(obj: Obj, inputs: Inputs) -> bool:
     return backend.owned_by(obj, inputs.run_uid) or ref.get("kind") in (ownership.MPIJOB_KIND, ownership.JOB_KIND)
 
 
-async def _guard_other_checks(kube: Kube, inputs: Inputs) -> None:
+async def _mpijobs(kube: Kube, inputs: Inputs, selector: str) -> list[Obj]:
+    """MPIJobs matching ``selector``; none where the cluster does not serve MPIJobs at all
+    (no MPI operator; kubeio/discovery.py confirms the list's 404, else it is raised)."""
+    return await list_if_served(
+        kube, workloads.MPI_API, keys.MPIJOB_PLURAL, inputs.run_namespace, labelSelector=selector
+    )
+
+
+async def _guard_other_checks(kube: Kube, inputs: Inputs, run: Obj) -> None:
     selector = f"{keys.RUN_UID_LABEL}={inputs.run_uid},{keys.CHECK_LABEL}!={inputs.check.name}"
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
     left = [f"Pod {p['metadata']['name']}" for p in pods if _signals(p, inputs)]
-    left += [f"MPIJob {j['metadata']['name']}" for j in jobs.get("items", []) if _signals(j, inputs)]
+    others = [c for i, c in enumerate(run["spec"].get("checks") or []) if i != inputs.check_index]
+    if may_have_mpijobs(others):  # a Pod-only Run has no MPIJob to wait for
+        jobs = await _mpijobs(kube, inputs, selector)
+        left += [f"MPIJob {j['metadata']['name']}" for j in jobs if _signals(j, inputs)]
     if left:
         raise Refusal(
             f"Run {inputs.run_name}: workloads of another check still exist ({', '.join(sorted(left)[:5])}); "
@@ -192,7 +203,7 @@ async def _until_stopped(
 
 
 async def _collect(
-    kube: Kube, inputs: Inputs, settings: Settings, source_digest: str, stop: asyncio.Event, *, observe_only: bool
+    kube: Kube, inputs: Inputs, settings: Settings, run: Obj, stop: asyncio.Event, *, observe_only: bool
 ) -> tuple[CheckResults, str, bool]:
     """Run the check (or, ``observe_only``, take what exists now) and persist its results;
     or load results an earlier attempt persisted. The last value: interrupted."""
@@ -205,13 +216,14 @@ async def _collect(
         except ValueError as exc:
             raise Refusal(f"results ConfigMap {inputs.run_namespace}/{name} is unusable: {exc}") from exc
     started = _now()
+    source_digest = run["spec"]["source"]["digest"]
     bundle = await _verified_snapshot(kube, inputs, source_digest, refuse=not observe_only)
     script = bundle.get(inputs.check.script_key) if bundle is not None else None
     if observe_only:
         participants, found, launcher = await _run_backend(kube, inputs, settings, script, observe_only=True)
         interrupted = True
     else:
-        await _guard_other_checks(kube, inputs)
+        await _guard_other_checks(kube, inputs, run)
         if stop.is_set():
             raise Interrupted(f"Run {inputs.run_name} check {inputs.check.name}: stopped before it started")
         participants, found, launcher, interrupted = await _until_stopped(kube, inputs, settings, script, stop)
@@ -345,9 +357,7 @@ async def _finish(
         return Report(kept.verdict, name, digest, proceed=_proceed(kept))
     if observe_only and not await _has_workloads(kube, inputs) and not await _has_results(kube, inputs):
         return Report(Verdict.INCONCLUSIVE, "", "", proceed=False)
-    results, results_digest, interrupted = await _collect(
-        kube, inputs, settings, run["spec"]["source"]["digest"], stop, observe_only=observe_only
-    )
+    results, results_digest, interrupted = await _collect(kube, inputs, settings, run, stop, observe_only=observe_only)
     cleanup = await _quiesce(kube, inputs, results, settings)
     verdict, reason = results.verdict, results.reason
     if cleanup.state != "Complete":
@@ -374,8 +384,10 @@ async def _finish(
 async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
     selector = workloads.check_selector(inputs)
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    return any(_signals(o, inputs) for o in [*pods, *jobs.get("items", [])])
+    pods = [p for p in pods if _signals(p, inputs)]
+    if pods or inputs.check.backend == "Pod":  # a Pod check has no MPIJob
+        return bool(pods)
+    return any(_signals(j, inputs) for j in await _mpijobs(kube, inputs, selector))
 
 
 async def _has_results(kube: Kube, inputs: Inputs) -> bool:

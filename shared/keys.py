@@ -71,6 +71,10 @@ WORKFLOW_PARAMETERS: Final = (
 # Argo Workflows' API (the controller creates Workflows; the adapter's template is one).
 ARGO_API_VERSION: Final = "argoproj.io/v1alpha1"
 WORKFLOW_PLURAL: Final = "workflows"
+# The Kubeflow MPI operator's MPIJob (MPIJob checks only; a cluster may lack its CRD).
+MPIJOB_API_VERSION: Final = "kubeflow.org/v2beta1"
+MPIJOB_PLURAL: Final = "mpijobs"
+MPIJOB_CRD: Final = "mpijobs.kubeflow.org"
 
 # Where the MPI operator mounts the hostfile in an MPIJob's launcher.
 MPI_HOSTFILE: Final = "/etc/mpi/hostfile"
