@@ -38,6 +38,7 @@ from kubeio import logs
 from kubeio.client import Kube
 from portal.api import make_app
 from portal.auth import DEFAULT_AUDIENCE, Authorizer, OpenAccess, ReviewAccess
+from portal.evidence_cache import DEFAULT_MAX_BYTES
 from portal.sources import Sources
 
 log = structlog.get_logger("portal")
@@ -156,6 +157,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cluster", default="default", help="cluster name written into each result's scope")
     p.add_argument("--resync", type=float, default=30.0, help="seconds between full re-classifications")
+    p.add_argument(
+        "--max-evidence-cache-mib",
+        type=int,
+        default=DEFAULT_MAX_BYTES // (1024 * 1024),
+        help="at most this much Run evidence is kept in memory (least recently used beyond it is read again)",
+    )
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     return p
 
@@ -180,7 +187,13 @@ async def serve(args: argparse.Namespace) -> None:
         authorizer = ReviewAccess(kube, audience=args.audience)
     if context is None and not is_loopback(args.host):
         log.warning("serving plain HTTP on a network address: a proxy in front must terminate TLS", host=args.host)
-    sources = Sources(kube, namespaces=args.namespace, cluster=args.cluster, resync=args.resync)
+    sources = Sources(
+        kube,
+        namespaces=args.namespace,
+        cluster=args.cluster,
+        resync=args.resync,
+        max_evidence_bytes=args.max_evidence_cache_mib * 1024 * 1024,
+    )
     sources.start()
     runner = web.AppRunner(make_app(sources, authorizer), access_log=None)
     await runner.setup()
