@@ -32,6 +32,7 @@ from typing import Any
 
 from controller import metrics
 from controller.ending import end_profile, end_run
+from controller.expiry import expire_orphaned
 from controller.failing import CONDITION as FAILING
 from controller.failing import announce, recovered_conditions, report_failure
 from controller.ledger import LedgerError
@@ -188,7 +189,7 @@ class Controller:
         if key.kind is Kind.GROUPS:
             passes: list[Callable[[Context], Awaitable[object]]] = [recover, enforce_retention]
             if resync:  # Node projections from the profiles' records (issue 12; controller/reassert.py)
-                passes += [reassert_projections, warn_legacy_requests]
+                passes += [reassert_projections, expire_orphaned, warn_legacy_requests]
             await each_pass(self.ctx, passes)
             self.refresh_metrics()
             return Done()

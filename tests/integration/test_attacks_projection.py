@@ -15,6 +15,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -103,7 +104,10 @@ async def test_a_node_cannot_certify_itself(
     cluster: LocalCluster, admin: KubeClient, namespace: str, world: World, tmp_path: Path
 ) -> None:
     profile = f"self-{namespace[2:8]}"
-    await world.add_profile(profile_body(profile, namespace, 1))
+    body = profile_body(profile, namespace, 1)
+    digest = body["spec"]["source"]["digest"]
+    recently = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await world.add_profile(body)
     controller = ControllerProcess(cluster, namespace, tmp_path, resync=RESYNC, metrics_port=free_port())
     await install_rbac(admin, namespace, "portal-rbac.yaml")
     portal_port = free_port()
@@ -134,8 +138,8 @@ async def test_a_node_cannot_certify_itself(
             # 2. A Fail on record (as the controller would have written it): flipped to Pass by
             #    the kubelet, it is Fail again within one resync, trusted label included.
             uid = (await admin.get(node_path()))["metadata"]["uid"]
-            entry = json.loads(forged_detail(profile)) | {"verdict": "Fail", "nodeUID": uid}
-            entry |= {"runCreated": "2026-11-30T00:00:00Z", "completionTime": "2026-11-30T01:00:00Z"}
+            entry = json.loads(forged_detail(profile)) | {"verdict": "Fail", "nodeUID": uid, "sourceDigest": digest}
+            entry |= {"runCreated": recently, "completionTime": recently}  # fresh, of the profile's suite
             await admin.merge_patch(
                 status_path, {"status": {"certifiedNodes": certified.encode({KUBELET_NODE: entry})}}
             )
@@ -148,7 +152,7 @@ async def test_a_node_cannot_certify_itself(
             assert copy_of(await admin.get(node_path()), profile)[0] == "Pass"
             await eventually(recorded_fail, timeout=WITHIN, what="the forged Pass to be replaced by the record's Fail")
             annotation = (await admin.get(node_path()))["metadata"]["annotations"][keys.certified_label(profile)]
-            assert json.loads(annotation)["completionTime"] == "2026-11-30T01:00:00Z"  # not the far future
+            assert json.loads(annotation)["completionTime"] == recently  # not the far future
 
         # An Event and a metric say what happened.
         async def tampered_events() -> list[Obj]:
@@ -195,7 +199,8 @@ async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
     older Run's result (the Node's projection went back in time) and called it tampering. The
     re-assertion decides on a fresh read of the record before it writes anything."""
     profile = f"lag-{namespace[2:8]}"
-    await world.add_profile(profile_body(profile, namespace, 1))
+    suite = profile_body(profile, namespace, 1)
+    await world.add_profile(suite)
     profile_path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile)
     uid = (await admin.get(node_path()))["metadata"]["uid"]
 
@@ -204,6 +209,7 @@ async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
         return (
             base
             | {"run": run, "runUID": str(uuid.uuid4()), "verdict": verdict, "nodeUID": uid}
+            | {"sourceDigest": suite["spec"]["source"]["digest"]}
             | {
                 "runCreated": created,
                 "completionTime": created,
@@ -219,7 +225,8 @@ async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
     fresh = await record(newer)
     kube = Kube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
     try:
-        ctx = Context(kube, namespace, "reassert-test")
+        # Shortly after both Runs, within the profile's freshness window (controller/expiry.py).
+        ctx = Context(kube, namespace, "reassert-test", clock=lambda: datetime(2026, 11, 30, 3, tzinfo=UTC))
 
         async def resync(profile_seen: Obj) -> int:
             """One re-assertion pass with these caches: the Node as the API server has it now."""
