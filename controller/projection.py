@@ -134,8 +134,7 @@ def node_copy(node: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
-STALE = "Stale"
-"""The value of a result's labels once it proves nothing current (controller/expiry.py)."""
+STALE = certified.STALE
 
 
 def stale_condition(profile: str, shown: dict[str, str], why: str) -> Obj:
