@@ -14,7 +14,8 @@ of it.
   (the cached profile can lag the Node: ``_read_record``).
 
 A record the controller cannot decode is treated as empty (fail closed: no Node keeps a
-result from it) and logged.
+result from it) and logged. A ``Pass`` entry is projected only when the Run evidence it cites
+proves it (controller/recordproof.py); an unproven one is projected ``Inconclusive``.
 """
 
 import contextlib
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 
 from controller import events, metrics
 from controller.projection import reassert_patches, record_entry
+from controller.recordproof import proven
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
@@ -106,7 +108,7 @@ async def reassert_projections(ctx: Context) -> int:
     # Every Node is seen as the cache had it here, before any read below (see _read_record).
     for node in sorted(ctx.nodes.items.values(), key=lambda n: n.name):
         for profile in list(records):
-            entry = certified.current(records[profile], node.name, node.uid)
+            entry = await proven(ctx, profile, node.name, certified.current(records[profile], node.name, node.uid))
             meta, status, differs = reassert_patches(profile, entry, dict(node.projection), node.resource_version)
             if differs and profile not in read:
                 read.add(profile)
@@ -115,7 +117,7 @@ async def reassert_projections(ctx: Context) -> int:
                     del records[profile]
                     continue
                 records[profile] = fresh
-                entry = certified.current(fresh, node.name, node.uid)
+                entry = await proven(ctx, profile, node.name, certified.current(fresh, node.name, node.uid))
                 meta, status, differs = reassert_patches(profile, entry, dict(node.projection), node.resource_version)
             if not differs:
                 continue
