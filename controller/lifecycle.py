@@ -66,9 +66,11 @@ def legacy_requests(nodes: Iterable[NodeView], warned: Mapping[str, str]) -> lis
     return sorted(found, key=lambda n: n.name)
 
 
-def expired_runs(runs: Iterable[RunView], keep: dict[str, int]) -> list[RunView]:
+def expired_runs(runs: Iterable[RunView], keep: dict[str, int], cited: frozenset[str] = frozenset()) -> list[RunView]:
     """Terminal, released Runs beyond each profile's retention (newest kept). Runs still
-    holding their group are never expired: deleting them would release the Nodes."""
+    holding their group are never expired: deleting them would release the Nodes. Nor are the
+    Runs ``cited`` (by uid) by a profile's certified-nodes record: their evidence is what proves
+    a recorded Pass (controller/recordproof.py); deleting it would take the Pass away."""
     by_profile: dict[str, list[RunView]] = {}
     for run in runs:
         if run.terminal and run.is_true("Released"):
@@ -76,7 +78,7 @@ def expired_runs(runs: Iterable[RunView], keep: dict[str, int]) -> list[RunView]
     expired = []
     for profile, finished in by_profile.items():
         finished.sort(key=lambda r: (r.completion_time, r.name), reverse=True)
-        expired += finished[keep.get(profile, DEFAULT_KEEP) :]
+        expired += [r for r in finished[keep.get(profile, DEFAULT_KEEP) :] if r.uid not in cited]
     return expired
 
 
@@ -147,7 +149,8 @@ async def enforce_retention(ctx: Context) -> None:
         p["metadata"]["name"]: int(((p.get("spec") or {}).get("retention") or {}).get("keepTerminalRuns", DEFAULT_KEEP))
         for p in ctx.profiles.items.values()
     }
-    for run in expired_runs(ctx.runs.items.values(), keep):
+    cited = frozenset(e["runUID"] for p in ctx.profiles.items.values() for e in record_of(p).values())
+    for run in expired_runs(ctx.runs.items.values(), keep, cited):
         with contextlib.suppress(NotFound, Conflict):
             await ctx.kube.delete(ctx.run_path(run.name), uid=run.uid, propagation="Background")
             log.info("terminal run deleted by retention", run=run.name)

@@ -16,7 +16,8 @@ of it.
   moving a faithful copy there is a ``CertificationExpired`` Event, not tampering.
 
 A record the controller cannot decode is treated as empty (fail closed: no Node keeps a
-result from it) and logged.
+result from it) and logged. A ``Pass`` entry is projected only when the Run evidence it cites
+proves it (controller/recordproof.py); an unproven one is projected ``Inconclusive``.
 """
 
 import contextlib
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from controller import events, metrics
 from controller.expiry import stale_reason
 from controller.projection import reassert_patches, record_entry
+from controller.recordproof import proven
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
@@ -131,7 +133,7 @@ async def reassert_projections(ctx: Context) -> int:
     now = ctx.clock()
     for node in sorted(ctx.nodes.items.values(), key=lambda n: n.name):
         for profile in list(records):
-            entry = certified.current(records[profile], node.name, node.uid)
+            entry = await proven(ctx, profile, node.name, certified.current(records[profile], node.name, node.uid))
             stale = stale_reason(specs[profile], entry, now)
             copy = dict(node.projection)
             meta, status, differs = reassert_patches(profile, entry, copy, node.resource_version, stale)
@@ -142,7 +144,7 @@ async def reassert_projections(ctx: Context) -> int:
                     del records[profile]
                     continue
                 records[profile] = fresh
-                entry = certified.current(fresh, node.name, node.uid)
+                entry = await proven(ctx, profile, node.name, certified.current(fresh, node.name, node.uid))
                 stale = stale_reason(specs[profile], entry, now)
                 meta, status, differs = reassert_patches(profile, entry, copy, node.resource_version, stale)
             if not differs:

@@ -143,7 +143,9 @@ async def _behind(kube: Kube, node: Obj, name: str, registered: dict[str, Obj] |
     behind.verify_problems = [f"{f.state} {f.subject}: {f.detail}" for f in findings if f.state != "OK"]
     if run_cm is not None:
         with contextlib.suppress(EvidenceError):
-            behind.evidence_digest = decode_document(run_cm, RUN_EVIDENCE_SCHEMAS)[1]
+            document, behind.evidence_digest = decode_document(run_cm, RUN_EVIDENCE_SCHEMAS)
+            nodes = document.get("nodes")
+            behind.evidence_verdicts = {str(k): str(v) for k, v in nodes.items()} if isinstance(nodes, dict) else {}
     return behind
 
 

@@ -7,9 +7,10 @@ detail is readable and agrees with the label; Signal's own record of the profile
 result for this Node (same uid), since the label and its detail are the Node's to write and a
 kubelet can forge them or copy a neighbour's; the profile still exists with the same suite (the
 source digest recorded with the result); the Node is the one the Run certified (same uid); the
-Run's evidence, where it still exists, re-verifies and has the recorded digest; and the result
-is younger than the profile's freshness window (``freshness``, else ``recurrence.interval``,
-else 168h). A Run removed by retention leaves the projection standing but unverifiable here."""
+Run's evidence, where it still exists, re-verifies, has the recorded digest and gives this Node
+the label's verdict (issue 42: the record is only a claim until its evidence says so); and the
+result is younger than the profile's freshness window (``freshness``, else
+``recurrence.interval``, else 168h). A Run removed by retention leaves the projection standing but unverifiable here."""
 
 import json
 from collections.abc import Sequence
@@ -40,6 +41,8 @@ class Behind:
     verify_problems: list[str] = field(default_factory=list)
     """`signalctl evidence verify`'s non-OK findings for that Run."""
     evidence_note: str = ""
+    evidence_verdicts: dict[str, str] | None = None
+    """The per-Node verdicts of the Run's evidence document (None: not read)."""
 
 
 def projected_profiles(node: Obj) -> list[str]:
@@ -151,6 +154,10 @@ def not_current(node: Obj, behind: Behind, now: datetime) -> list[str]:
         if behind.evidence_digest is not None and behind.evidence_digest != detail.get("evidenceDigest"):
             recorded = detail.get("evidenceDigest")
             reasons.append(f"the Run's evidence digest is {behind.evidence_digest}, the Node records {recorded}")
+        if behind.evidence_verdicts is not None:
+            proven = behind.evidence_verdicts.get(node["metadata"]["name"])
+            if proven != label:  # issue 42 H-A: the record and the label are only copies of this
+                reasons.append(f"the Run's evidence gives this Node {proven or 'no verdict'}, not {label}")
         reasons += [f"evidence: {p}" for p in behind.verify_problems]
     return reasons
 

@@ -107,8 +107,12 @@ async def _adapter_part(cluster: LocalCluster, run: Obj) -> dict[int, str]:
 
 async def _argo_part(admin: KubeClient, run: Obj, digests: dict[int, str]) -> None:
     """The Workflow as Argo ends it: Succeeded, each check step with its reported digest."""
+    name = run["metadata"]["name"]
     nodes = {
-        f"{run['metadata']['name']}-{index}": {
+        f"{name}-{index}": {
+            "id": f"{name}-{index}",
+            "name": f"{name}[{index}].check",
+            "type": "Pod",
             "templateName": "check",
             "phase": "Succeeded",
             "inputs": {"parameters": [{"name": "index", "value": str(index)}]},
@@ -117,7 +121,7 @@ async def _argo_part(admin: KubeClient, run: Obj, digests: dict[int, str]) -> No
         for index, digest in digests.items()
     }
     path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, run["metadata"]["namespace"])
-    await admin.merge_patch(f"{path}/{run['metadata']['name']}", {"status": {"phase": "Succeeded", "nodes": nodes}})
+    await admin.merge_patch(f"{path}/{name}", {"status": {"phase": "Succeeded", "nodes": nodes}})
 
 
 def _stored(cm: Obj) -> tuple[int, int]:
@@ -262,7 +266,7 @@ async def test_a_full_group_with_a_large_suite_succeeds_and_verifies(
         controller.stop()
 
 
-def test_the_check_evidence_stored_here_is_what_the_adapter_stores() -> None:
+async def test_the_check_evidence_stored_here_is_what_the_adapter_stores() -> None:
     """The documents this test stores pass the adapter's own models (so the sizes are real)."""
     run = {
         "metadata": {"name": "r", "namespace": "ns", "uid": "u"},

@@ -176,6 +176,16 @@ def test_keeps_the_newest_n() -> None:
     runs = [run(f"r{h}", completed=at(h)) for h in range(6)]
     assert names(expired_runs(runs, {PROFILE: 2})) == ["r0", "r1", "r2", "r3"]
     assert names(expired_runs(runs, {PROFILE: 6})) == []
+
+
+def test_a_run_the_certified_record_cites_is_kept() -> None:
+    """Its evidence proves a recorded Pass (issue 42, controller/recordproof.py)."""
+    raws = [run(f"r{h}", completed=at(h)).raw for h in range(4)]
+    for i, raw in enumerate(raws):
+        raw["metadata"]["uid"] = f"uid-{i}"
+    runs = [run_view(raw) for raw in raws]
+    assert names(expired_runs(runs, {PROFILE: 1})) == ["r0", "r1", "r2"]
+    assert names(expired_runs(runs, {PROFILE: 1}, frozenset({"uid-1"}))) == ["r0", "r2"]
     assert names(expired_runs(runs, {PROFILE: 0})) == names(runs)
 
 

@@ -81,6 +81,7 @@ def behind(**changes: Any) -> Behind:
 
 def test_a_fresh_verified_projection_is_current() -> None:
     assert not_current(node(), behind(), NOW) == []
+    assert not_current(node(), behind(evidence_verdicts={"gpu-001": "Pass"}), NOW) == []
     text = describe_node(node(), [behind()], NOW)
     assert "Current:        yes" in text
     assert "(re-verified: `signalctl evidence verify r1`)" in text
@@ -94,6 +95,9 @@ def test_a_fresh_verified_projection_is_current() -> None:
         (node(sourceDigest="sha256:" + "9" * 64), behind(), "the profile's suite changed since"),
         (node(), behind(evidence_digest="sha256:" + "3" * 64), "the Run's evidence digest is sha256:333"),
         (node(), behind(verify_problems=["MISMATCH check 0: forged"]), "evidence: MISMATCH check 0: forged"),
+        # Issue 42 H-A: the record and the label say Pass, the Run's (verified) evidence says Fail.
+        (node(), behind(evidence_verdicts={"gpu-001": "Fail"}), "the Run's evidence gives this Node Fail, not Pass"),
+        (node(), behind(evidence_verdicts={}), "the Run's evidence gives this Node no verdict, not Pass"),
         (node(verdict="Pass", runUID="older"), behind(), "Run r1 was replaced"),
         (
             node(),
