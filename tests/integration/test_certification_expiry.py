@@ -6,21 +6,23 @@ here through the controller's own passes over its caches, against the real API s
 import json
 from datetime import UTC, datetime, timedelta
 
+from controller.accept import accept, check_evidence_name
 from controller.expiry import expire_orphaned
 from controller.nodes import node_view
 from controller.reassert import reassert_projections
+from controller.runview import run_view
 from controller.state import Context
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster
-from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import certified, keys
+from shared.digests import bundle_digest
+from tests import evidence_builders as eb
 from tests.controller_support import World, profile_body
+from tests.run_builders import SCRIPTS, running_run, store, workflow_status
 
-
-def _stamp(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+STARTED = "2026-11-30T00:00:00Z"
 
 
 async def test_a_result_goes_stale_when_old_when_the_suite_changes_and_when_the_profile_is_gone(
@@ -29,34 +31,14 @@ async def test_a_result_goes_stale_when_old_when_the_suite_changes_and_when_the_
     world = World(cluster, admin, namespace)
     await world.setup()
     profile = f"exp-{namespace[2:8]}"
-    body = profile_body(profile, namespace, 1)
+    body = profile_body(profile, namespace, 1, digest=bundle_digest(SCRIPTS, {}))  # the suite the Run runs
     body["spec"]["freshness"] = "1h"
     await world.add_profile(body)
-    name = f"{namespace}-n0"
-    world.added.append(name)
-    await cluster.add_nodes([SimNode(name, labels={"pool": "gpu"})])
+    names = world.node_names(1, prefix="exp")
+    await world.add_nodes(names, requested_for=None)
+    name = names[0]
     node_path = resource_path("v1", "nodes", name=name)
     profile_path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile)
-    uid = (await admin.get(node_path))["metadata"]["uid"]
-
-    async def record(completed: datetime) -> None:
-        when = _stamp(completed)
-        entry = {
-            "verdict": "Pass",
-            "run": "r1",
-            "namespace": namespace,
-            "runUID": "uid-r1",
-            "runCreated": when,
-            "completionTime": when,
-            "evidenceDigest": "sha256:" + "1" * 64,
-            "sourceDigest": body["spec"]["source"]["digest"],
-            "profileGeneration": "1",
-            "nodeUID": uid,
-        }
-        await admin.merge_patch(
-            f"{profile_path}/status", {"status": {"certifiedNodes": certified.encode({name: entry})}}
-        )
-
     kube = Kube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
     ctx = Context(kube, namespace, "expiry-test")
 
@@ -86,9 +68,17 @@ async def test_a_result_goes_stale_when_old_when_the_suite_changes_and_when_the_
         return [e for e in items if e.get("reason") == reason and e["involvedObject"].get("name") == name]
 
     try:
+        # A Run that passed, accepted by the controller's own code: a proven Pass on record.
+        run = await running_run(admin, namespace, await world.nodes(names), profile, started=STARTED)
+        digests = {}
+        for index in range(len(run["spec"]["checks"])):
+            document = eb.check_evidence(run, index)
+            digests[index] = eb.digest_of(document)
+            cm = check_evidence_name(run["metadata"]["name"], index)
+            await store(admin, namespace, cm, eb.config_map(cm, document))
+        await accept(ctx, run_view(run), workflow_status(run, digests), deadline_passed=False)
         now = datetime.now(UTC)
-        await record(now - timedelta(minutes=5))
-        assert shown(await resync()) == ("Pass", "Pass", "Pass")  # projected from the record (as re-asserted)
+        assert shown(await resync()) == ("Pass", "Pass", "Pass")
         tampered = len(await events_of("ProjectionTampered"))
         # 1. Two hours later: older than the profile's freshness window (1h).
         ctx.clock = lambda: now + timedelta(hours=2)
@@ -98,15 +88,13 @@ async def test_a_result_goes_stale_when_old_when_the_suite_changes_and_when_the_
         assert "FreshnessExpired" in expired[0]["message"]
         assert len(await events_of("ProjectionTampered")) == tampered, "an expiry is not tampering"
         assert shown(await resync()) == ("Stale", "Stale", "Stale"), "the re-assertion keeps it Stale"
-        # 2. Certified again (a newer Run's result), then the profile's suite changes.
+        # 2. Back within the window, then the profile's suite changes.
         ctx.clock = lambda: datetime.now(UTC)
-        await record(datetime.now(UTC) - timedelta(minutes=1))
         assert shown(await resync()) == ("Pass", "Pass", "Pass")
-        changed = {"spec": {"source": {"digest": "sha256:" + "f" * 64}}}
-        await admin.merge_patch(profile_path, changed)
+        await admin.merge_patch(profile_path, {"spec": {"source": {"digest": "sha256:" + "f" * 64}}})
         assert shown(await resync()) == ("Stale", "Stale", "Stale")
         assert any("SuiteChanged" in e["message"] for e in await events_of("CertificationExpired"))
-        # 3. The suite as recorded again, then the profile deleted (its record goes with it).
+        # 3. The suite as certified again, then the profile deleted (its record goes with it).
         await admin.merge_patch(profile_path, {"spec": {"source": {"digest": body["spec"]["source"]["digest"]}}})
         assert shown(await resync()) == ("Pass", "Pass", "Pass")
         await admin.delete(profile_path)
