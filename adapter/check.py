@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from adapter import backend, collect, mpijobs, workloads
+from adapter import backend, collect, mpijobs, podbackend, workloads
 from adapter.adoption import adoptable
 from adapter.adoption import labels as evidence_labels
 from adapter.backend import TreeCheck, log
@@ -125,40 +125,18 @@ async def _persist(kube: Kube, inputs: Inputs, name: str, document: Obj, schema:
     return digest, size
 
 
-async def _run_pods(
-    kube: Kube, inputs: Inputs, settings: Settings, script: str | None, *, observe_only: bool = False
-) -> tuple[list[ParticipantResult], list[Workload]]:
-    path = resource_path("v1", "pods", inputs.run_namespace)
-    bodies = [
-        workloads.backend_pod(inputs, p.index, p.node_name, settings.runner_image)
-        for p in sorted(inputs.participants, key=lambda p: p.index)
-    ]
-    if not observe_only:
-        await backend.fan_out(lambda b: backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid), bodies)
-    expected = {b["metadata"]["name"] for b in bodies}
-
-    def finished(pods: list[Obj]) -> bool:
-        done = {p["metadata"]["name"] for p in pods if collect.terminal(p)}
-        return expected <= done
-
-    bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
-    pods = await backend.wait_pods(kube, inputs.run_namespace, workloads.check_selector(inputs), finished, bound)
-    # Only the Pods the adapter created for this Run count (``shared.ownership``): a mirror Pod
-    # or another creator's Pod with the same labels is ignored.
-    pods = [p for p in pods if backend.runs_runner(p, settings.runner_image) and _created(p, inputs)]
-    owners = ownership.run_chain_of(inputs.run_name, inputs.run_uid)
-    return collect.collect_pods(inputs.participants, pods, script=script), collect.pod_workloads(pods, owners)
-
-
-def _created(pod: Obj, inputs: Inputs) -> bool:
-    return ownership.run_chain(pod, inputs.run_name, inputs.run_uid) is not None
-
-
 async def _run_backend(
     kube: Kube, inputs: Inputs, settings: Settings, script: str | None, *, observe_only: bool = False
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None]:
     if inputs.check.backend == "Pod":
-        participants, found = await _run_pods(kube, inputs, settings, script, observe_only=observe_only)
+        participants, found = await podbackend.run(
+            kube,
+            inputs,
+            image=settings.runner_image,
+            grace_seconds=settings.start_grace_seconds,
+            script=script,
+            observe_only=observe_only,
+        )
         return participants, found, None
     bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
     return await mpijobs.run(

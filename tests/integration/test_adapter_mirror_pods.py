@@ -145,3 +145,21 @@ async def test_a_kubelets_mirror_pod_with_a_checks_labels_is_ignored(world: Adap
     assert forged["metadata"]["uid"] not in recorded
     for workload in results["workloads"]:
         assert workload["owners"] == [{"kind": keys.RUN_KIND, "name": world.run["metadata"]["name"], "uid": run_uid}]
+
+
+async def test_a_mirror_pod_squatting_a_backend_pods_name_blocks_nothing(world: AdapterWorld) -> None:
+    """The kubelet takes the name the adapter gives participant 1's Pod: the check still runs
+    that participant, in a Pod of a generated name, and both Pass."""
+    await world.setup(2, {"ok.sh": PASSES}, [check("inventory", "ok.sh")])
+    taken = f"{world.run['metadata']['name']}-c0-p1"
+    labels = {keys.RUN_UID_LABEL: world.run["metadata"]["uid"], keys.CHECK_LABEL: "inventory"}
+    async with identities.user(world.cluster.plane, KUBELET_USER).client() as kubelet:
+        squatter = await forge_mirror_pod(world, kubelet, labels, taken)
+        outcome = await world.adapter(0)
+    assert outcome.code == 0, outcome.log
+    assert outcome.verdict == "Pass", outcome.log[-3000:]
+    document, _ = decode_document(await world.config_map(outcome.outputs["evidence-config-map"]), CHECK_EVIDENCE_SCHEMA)
+    pods = {w["participantIndex"]: w for w in document["results"]["workloads"]}
+    assert pods[0]["name"] == f"{world.run['metadata']['name']}-c0-p0"
+    assert pods[1]["name"].startswith(f"{taken}-")
+    assert squatter["metadata"]["uid"] not in {w["uid"] for w in document["results"]["workloads"]}
