@@ -83,23 +83,14 @@ def _now() -> datetime:
     return to_millisecond(datetime.now(UTC))
 
 
-def _signals(obj: Obj, inputs: Inputs) -> bool:
-    """Whether a Pod or MPIJob carrying this Run's labels is one Signal made for it (the adapter's,
-    owned by the Run; or the MPI operator's and the Job controller's, controlled by an MPIJob or
-    a Job): a mirror Pod, or anything else with the labels, is ignored (``shared.ownership``), so
-    that a kubelet's look-alike cannot hold the Run's checks back."""
-    if ownership.is_mirror(obj):
-        return False
-    ref = ownership.controller_ref(obj) or {}
-    return backend.owned_by(obj, inputs.run_uid) or ref.get("kind") in (ownership.MPIJOB_KIND, ownership.JOB_KIND)
-
-
 async def _guard_other_checks(kube: Kube, inputs: Inputs) -> None:
     selector = f"{keys.RUN_UID_LABEL}={inputs.run_uid},{keys.CHECK_LABEL}!={inputs.check.name}"
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
     jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    left = [f"Pod {p['metadata']['name']}" for p in pods if _signals(p, inputs)]
-    left += [f"MPIJob {j['metadata']['name']}" for j in jobs.get("items", []) if _signals(j, inputs)]
+    left = [f"Pod {p['metadata']['name']}" for p in pods if ownership.made_for_run(p, inputs.run_uid)]
+    left += [
+        f"MPIJob {j['metadata']['name']}" for j in jobs.get("items", []) if ownership.made_for_run(j, inputs.run_uid)
+    ]
     if left:
         raise Refusal(
             f"Run {inputs.run_name}: workloads of another check still exist ({', '.join(sorted(left)[:5])}); "
@@ -353,7 +344,7 @@ async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
     selector = workloads.check_selector(inputs)
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
     jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    return any(_signals(o, inputs) for o in [*pods, *jobs.get("items", [])])
+    return any(ownership.made_for_run(o, inputs.run_uid) for o in [*pods, *jobs.get("items", [])])
 
 
 async def _has_results(kube: Kube, inputs: Inputs) -> bool:
