@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from adapter import backend, collect, mpijobs, workloads
+from adapter import backend, collect, mpijobs, podbackend, workloads
 from adapter.adoption import adoptable
 from adapter.adoption import labels as evidence_labels
 from adapter.backend import TreeCheck, log
@@ -84,17 +84,6 @@ def _now() -> datetime:
     return to_millisecond(datetime.now(UTC))
 
 
-def _signals(obj: Obj, inputs: Inputs) -> bool:
-    """Whether a Pod or MPIJob carrying this Run's labels is one Signal made for it (the adapter's,
-    owned by the Run; or the MPI operator's and the Job controller's, controlled by an MPIJob or
-    a Job): a mirror Pod, or anything else with the labels, is ignored (``shared.ownership``), so
-    that a kubelet's look-alike cannot hold the Run's checks back."""
-    if ownership.is_mirror(obj):
-        return False
-    ref = ownership.controller_ref(obj) or {}
-    return backend.owned_by(obj, inputs.run_uid) or ref.get("kind") in (ownership.MPIJOB_KIND, ownership.JOB_KIND)
-
-
 async def _mpijobs(kube: Kube, inputs: Inputs, selector: str) -> list[Obj]:
     """MPIJobs matching ``selector``; none where the cluster does not serve MPIJobs at all
     (no MPI operator; kubeio/discovery.py confirms the list's 404, else it is raised)."""
@@ -106,11 +95,11 @@ async def _mpijobs(kube: Kube, inputs: Inputs, selector: str) -> list[Obj]:
 async def _guard_other_checks(kube: Kube, inputs: Inputs, run: Obj) -> None:
     selector = f"{keys.RUN_UID_LABEL}={inputs.run_uid},{keys.CHECK_LABEL}!={inputs.check.name}"
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    left = [f"Pod {p['metadata']['name']}" for p in pods if _signals(p, inputs)]
+    left = [f"Pod {p['metadata']['name']}" for p in pods if ownership.made_for_run(p, inputs.run_uid)]
     others = [c for i, c in enumerate(run["spec"].get("checks") or []) if i != inputs.check_index]
     if may_have_mpijobs(others):  # a Pod-only Run has no MPIJob to wait for
         jobs = await _mpijobs(kube, inputs, selector)
-        left += [f"MPIJob {j['metadata']['name']}" for j in jobs if _signals(j, inputs)]
+        left += [f"MPIJob {j['metadata']['name']}" for j in jobs if ownership.made_for_run(j, inputs.run_uid)]
     if left:
         raise Refusal(
             f"Run {inputs.run_name}: workloads of another check still exist ({', '.join(sorted(left)[:5])}); "
@@ -136,40 +125,18 @@ async def _persist(kube: Kube, inputs: Inputs, name: str, document: Obj, schema:
     return digest, size
 
 
-async def _run_pods(
-    kube: Kube, inputs: Inputs, settings: Settings, script: str | None, *, observe_only: bool = False
-) -> tuple[list[ParticipantResult], list[Workload]]:
-    path = resource_path("v1", "pods", inputs.run_namespace)
-    bodies = [
-        workloads.backend_pod(inputs, p.index, p.node_name, settings.runner_image)
-        for p in sorted(inputs.participants, key=lambda p: p.index)
-    ]
-    if not observe_only:
-        await backend.fan_out(lambda b: backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid), bodies)
-    expected = {b["metadata"]["name"] for b in bodies}
-
-    def finished(pods: list[Obj]) -> bool:
-        done = {p["metadata"]["name"] for p in pods if collect.terminal(p)}
-        return expected <= done
-
-    bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
-    pods = await backend.wait_pods(kube, inputs.run_namespace, workloads.check_selector(inputs), finished, bound)
-    # Only the Pods the adapter created for this Run count (``shared.ownership``): a mirror Pod
-    # or another creator's Pod with the same labels is ignored.
-    pods = [p for p in pods if backend.runs_runner(p, settings.runner_image) and _created(p, inputs)]
-    owners = ownership.run_chain_of(inputs.run_name, inputs.run_uid)
-    return collect.collect_pods(inputs.participants, pods, script=script), collect.pod_workloads(pods, owners)
-
-
-def _created(pod: Obj, inputs: Inputs) -> bool:
-    return ownership.run_chain(pod, inputs.run_name, inputs.run_uid) is not None
-
-
 async def _run_backend(
     kube: Kube, inputs: Inputs, settings: Settings, script: str | None, *, observe_only: bool = False
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None]:
     if inputs.check.backend == "Pod":
-        participants, found = await _run_pods(kube, inputs, settings, script, observe_only=observe_only)
+        participants, found = await podbackend.run(
+            kube,
+            inputs,
+            image=settings.runner_image,
+            grace_seconds=settings.start_grace_seconds,
+            script=script,
+            observe_only=observe_only,
+        )
         return participants, found, None
     bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
     return await mpijobs.run(
@@ -384,10 +351,10 @@ async def _finish(
 async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
     selector = workloads.check_selector(inputs)
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    pods = [p for p in pods if _signals(p, inputs)]
+    pods = [p for p in pods if ownership.made_for_run(p, inputs.run_uid)]
     if pods or inputs.check.backend == "Pod":  # a Pod check has no MPIJob
         return bool(pods)
-    return any(_signals(j, inputs) for j in await _mpijobs(kube, inputs, selector))
+    return any(ownership.made_for_run(j, inputs.run_uid) for j in await _mpijobs(kube, inputs, selector))
 
 
 async def _has_results(kube: Kube, inputs: Inputs) -> bool:

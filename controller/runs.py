@@ -28,6 +28,7 @@ from kubeio.discovery import list_if_served
 from kubeio.errors import Conflict, NotFound
 from shared import keys
 from shared.conditions import set_condition
+from shared.ownership import made_for_run
 from shared.run import Phase
 
 
@@ -106,12 +107,14 @@ async def _backend_workloads(ctx: Context, run: RunView) -> list[str]:
     selector = f"{keys.RUN_UID_LABEL}={run.uid}"
     found = []
     pods = await ctx.kube.get(resource_path("v1", "pods", ctx.namespace), labelSelector=selector)
-    found += [f"Pod/{p['metadata']['name']}" for p in pods.get("items", [])]
+    # Only what Signal made (shared.ownership): a kubelet's mirror Pod with the Run's labels
+    # would otherwise hold the Run's end back for ever.
+    found += [f"Pod/{p['metadata']['name']}" for p in pods.get("items", []) if made_for_run(p, run.uid)]
     if run.may_have_mpijobs:
         jobs = await list_if_served(
             ctx.kube, keys.MPIJOB_API_VERSION, keys.MPIJOB_PLURAL, ctx.namespace, labelSelector=selector
         )
-        found += [f"MPIJob/{j['metadata']['name']}" for j in jobs]
+        found += [f"MPIJob/{j['metadata']['name']}" for j in jobs if made_for_run(j, run.uid)]
     return found
 
 

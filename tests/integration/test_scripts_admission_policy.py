@@ -38,6 +38,9 @@ async def test_only_the_controller_writes_a_runs_snapshot(
         run = await world.setup(1, {"ok.sh": "#!/bin/sh\nexit 0\n"}, [check("ok", "ok.sh")])  # and the policies
         existing = await world.config_map(run["spec"]["source"]["snapshotConfigMap"])
         genuine = snapshot_of(run, uuid.uuid4().hex[:8])
+        # What a squatter can send (blockOwnerDeletion needs rights on the Run's finalizers).
+        copied = copy.deepcopy(genuine)
+        del copied["metadata"]["ownerReferences"][0]["blockOwnerDeletion"]
         look_alike = {"metadata": {"name": f"{run['metadata']['name']}-scripts-0badc0de"}, "data": {"ok.sh": "evil"}}
         labelled = {
             "metadata": {"name": f"plain-{uuid.uuid4().hex[:6]}", "labels": {keys.COMPONENT_LABEL: "scripts"}},
@@ -48,7 +51,7 @@ async def test_only_the_controller_writes_a_runs_snapshot(
         try:
             async with attackers(cluster, admin, namespace) as clients:
                 for who, client in {**clients, "adapter": adapter}.items():
-                    for what, body in {"genuine": genuine, "look-alike": look_alike, "labelled": labelled}.items():
+                    for what, body in {"genuine": copied, "look-alike": look_alike, "labelled": labelled}.items():
                         error = await attempt(dry_run(client, configmaps(namespace), body))
                         if error is None:
                             admitted.append(f"{who} created {what}")
