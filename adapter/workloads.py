@@ -14,6 +14,9 @@ restricted security context (non-root, no privilege escalation, all capabilities
 RuntimeDefault seccomp, read-only root filesystem) with only the capabilities and host
 network the check's workload policy allows, and Run, check and participant labels.
 
+Kueue: a check that names a queue labels its workloads ``kueue.x-k8s.io/queue-name``; a Pod check
+with more than one participant is also one Kueue pod group (``pod_group``: all or nothing).
+
 Placement: a Pod check's Pod is bound with ``nodeName``, except when it names a Kueue queue:
 Kueue gates such Pods and the API server refuses a gated Pod with ``nodeName``, so it is
 placed by required node affinity on ``metadata.name`` instead, as are MPI workers and a
@@ -40,6 +43,8 @@ from shared.profile import Check
 
 RESERVED_TAINT_KEY: Final = keys.RESERVED_TAINT_KEY
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"
 CONTAINER: Final = "runner"
 SCRIPT_DIR: Final = "/signal/scripts"
 SCRIPT_PATH: Final = f"{SCRIPT_DIR}/script"
@@ -75,6 +80,19 @@ def mpijob_name(inputs: Inputs, participant_index: int | None = None) -> str:
     """The crossNode MPIJob's name, or (``participant_index``) a perNode one's."""
     base = f"sig-{hashlib.sha256(inputs.run_uid.encode()).hexdigest()[:12]}-c{inputs.check_index}"
     return base if participant_index is None else f"{base}-p{participant_index}"
+
+
+def pod_group(inputs: Inputs) -> tuple[str, int] | None:
+    """(name, total count) of the Kueue pod group of a Pod check that names a queue and has
+    more than one participant, or None. Kueue admits the group's Pods together or none of
+    them (it keeps each gated until the whole group fits the queue's quota), so a check never
+    starts on part of its group and waits for the rest until its deadline. The name is the
+    Run's and check's, ``sig-<run uid>-c<check index>`` (at most 44 characters: a label value
+    and a Workload name; the adapter's admission policy admits only its own Run's), the count
+    the number of participants."""
+    if inputs.check.backend != "Pod" or not inputs.check.workload.kueue_queue_name or len(inputs.participants) < 2:
+        return None
+    return f"sig-{inputs.run_uid}-c{inputs.check_index}", len(inputs.participants)
 
 
 def mpijob_names(inputs: Inputs) -> list[tuple[str, int | None]]:
@@ -243,17 +261,17 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
         spec["affinity"] = node_affinity([node_name])
     else:
         spec["nodeName"] = node_name
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name(inputs, participant_index),
-            "namespace": inputs.run_namespace,
-            "labels": {**check_labels(inputs), keys.PARTICIPANT_LABEL: str(participant_index)},
-            "ownerReferences": [run_owner(inputs)],
-        },
-        "spec": spec,
+    metadata: dict[str, Any] = {
+        "name": pod_name(inputs, participant_index),
+        "namespace": inputs.run_namespace,
+        "labels": {**check_labels(inputs), keys.PARTICIPANT_LABEL: str(participant_index)},
+        "ownerReferences": [run_owner(inputs)],
     }
+    group = pod_group(inputs)
+    if group is not None:
+        metadata["labels"][KUEUE_POD_GROUP_LABEL] = group[0]
+        metadata["annotations"] = {KUEUE_POD_GROUP_COUNT: str(group[1])}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 MPI_NO_SHARED_TOPOLOGY: Final = ("OMPI_MCA_rtc_hwloc_vmhole", "none")

@@ -132,7 +132,10 @@ async def test_pod_only_run_succeeds_and_releases_without_the_mpijob_crd(
         async def released() -> Obj | None:
             runs = await world.runs()
             run = runs[0] if runs else None
-            if run is None or (run.get("status") or {}).get("phase") != "Succeeded":
+            phase = (run or {}).get("status", {}).get("phase")
+            if phase in {"Failed", "Inconclusive", "Canceled"}:
+                raise AssertionError(f"the Run ended {phase}: {run['status']}\n{controller.logs()}")  # type: ignore[index]
+            if run is None or phase != "Succeeded":
                 return None
             nodes = await world.nodes(names)
             return run if all(reserved_by(n) is None for n in nodes) else None
@@ -171,7 +174,7 @@ async def test_profile_with_an_mpijob_check_is_not_admissible_until_the_crd_exis
             return found if found and found.get("reason") == "MPIJobCRDNotInstalled" else None
 
         admissible = await eventually(
-            blocked, timeout=60, what=f"Admissible=False MPIJobCRDNotInstalled\n{controller.logs()}"
+            blocked, timeout=30, what=f"Admissible=False MPIJobCRDNotInstalled\n{controller.logs()}"
         )
         assert admissible["status"] == "False"
         assert MPIJOB_CRD_NAME in admissible["message"], admissible
@@ -259,7 +262,7 @@ async def test_a_run_whose_reconcile_keeps_failing_says_so_on_the_run_and_in_eve
         count = re.search(r"failed (\d+) times", found["message"])
         return found if count and int(count.group(1)) >= 4 else None
 
-    found = await eventually(failing, timeout=60, what=f"ReconcileFailing=True after 4 failures\n{controller.logs()}")
+    found = await eventually(failing, timeout=30, what=f"ReconcileFailing=True after 4 failures\n{controller.logs()}")
     assert found["reason"] == "Forbidden", found
     assert "pods" in found["message"], found
     failures = int(re.search(r"failed (\d+) times", found["message"]).group(1))  # type: ignore[union-attr]

@@ -74,6 +74,30 @@ def test_a_kueue_queued_pod_is_placed_by_node_affinity_never_node_name() -> None
     assert "affinity" not in plain["spec"]
 
 
+@pytest.mark.parametrize(
+    ("count", "workload", "grouped"),
+    [
+        pytest.param(2, {"kueueQueueName": "gpu"}, True, id="two participants, a queue: one pod group"),
+        pytest.param(3, {"kueueQueueName": "gpu"}, True, id="three participants"),
+        pytest.param(1, {"kueueQueueName": "gpu"}, False, id="one participant: no group needed"),
+        pytest.param(2, {}, False, id="no queue: Kueue is not involved"),
+    ],
+)
+def test_a_queued_multi_participant_pod_check_is_one_kueue_pod_group(count: int, workload: Obj, grouped: bool) -> None:
+    inputs = make_inputs(count, workload=workload)
+    pods = [workloads.backend_pod(inputs, i, f"gpu-{i:03d}", "img") for i in range(count)]
+    groups = {p["metadata"]["labels"].get(workloads.KUEUE_POD_GROUP_LABEL) for p in pods}
+    counts = {(p["metadata"].get("annotations") or {}).get(workloads.KUEUE_POD_GROUP_COUNT) for p in pods}
+    if grouped:
+        assert groups == {f"sig-{RUN_UID}-c{inputs.check_index}"}, "one group for every Pod of the check"
+        assert counts == {str(count)}, "Kueue admits the group when all its Pods fit"
+    else:
+        assert groups == {None}
+        assert counts == {None}
+        assert all("annotations" not in p["metadata"] for p in pods)
+    assert workloads.pod_group(make_inputs(2, backend="MPIJob", workload={"kueueQueueName": "q"})) is None
+
+
 def test_pernode_is_the_default_one_launcher_worker_pair_per_participant_on_its_node() -> None:
     inputs = mpi(3, gpuCount=8, mpi={"slotsPerWorker": 8})
     jobs = workloads.mpijobs(inputs, "img")
