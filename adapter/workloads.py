@@ -45,6 +45,10 @@ RESERVED_TAINT_KEY: Final = keys.RESERVED_TAINT_KEY
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"
+KUEUE_RETRIABLE_IN_GROUP: Final = "kueue.x-k8s.io/retriable-in-group"
+"""``false`` on a group's Pods: Signal never replaces a Pod, so a Pod that ends or is deleted ends
+the group (Kueue then releases its quota and removes its finalizers, also from Pods it never
+admitted, which the adapter deletes at the check's deadline)."""
 CONTAINER: Final = "runner"
 SCRIPT_DIR: Final = "/signal/scripts"
 SCRIPT_PATH: Final = f"{SCRIPT_DIR}/script"
@@ -270,7 +274,7 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
     group = pod_group(inputs)
     if group is not None:
         metadata["labels"][KUEUE_POD_GROUP_LABEL] = group[0]
-        metadata["annotations"] = {KUEUE_POD_GROUP_COUNT: str(group[1])}
+        metadata["annotations"] = {KUEUE_POD_GROUP_COUNT: str(group[1]), KUEUE_RETRIABLE_IN_GROUP: "false"}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

@@ -3,9 +3,10 @@
 
 A ValidatingAdmissionPolicy sees a Pod after every mutating webhook. Kueue's Pod webhook (v0.17,
 ``pkg/controller/jobs/pod/pod_webhook.go``) adds to a Pod that names a queue the label
-``kueue.x-k8s.io/managed=true``, the finalizer ``kueue.x-k8s.io/managed`` and the scheduling
-gate ``kueue.x-k8s.io/admission``, and to a pod group's Pods the annotation
-``kueue.x-k8s.io/role-hash``; the adapter names a multi-participant Pod check's pod group
+``kueue.x-k8s.io/managed=true``, the finalizer ``kueue.x-k8s.io/managed``, the scheduling
+gates ``kueue.x-k8s.io/admission`` and ``kueue.x-k8s.io/topology`` (topology-aware scheduling is
+on by default) and the annotation ``kueue.x-k8s.io/role-hash`` (as the real Kueue does:
+tests/integration/test_kueue_real.py); the adapter names a multi-participant Pod check's pod group
 (``kueue.x-k8s.io/pod-group-name``, ``kueue.x-k8s.io/pod-group-total-count``). No Kueue runs
 here: each Pod below is what the adapter's Pod becomes after Kueue's webhook, created as the
 adapter's ServiceAccount, which is exactly what the policy judges. Those mutations are
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 import pytest
 
-from adapter.workloads import KUEUE_POD_GROUP_COUNT, KUEUE_POD_GROUP_LABEL, backend_pod
+from adapter.workloads import KUEUE_POD_GROUP_COUNT, KUEUE_POD_GROUP_LABEL, KUEUE_RETRIABLE_IN_GROUP, backend_pod
 from localcluster.kube import ApiError, KubeClient, Obj
 from tests.integration.test_adapter_admission_policy import (
     DENIED,
@@ -35,6 +36,7 @@ FIXTURES = (policed,)
 """The adapter's identity with the policy in force, found by pytest under this module's name."""
 MANAGED = "kueue.x-k8s.io/managed"
 GATE = "kueue.x-k8s.io/admission"
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
 ROLE_HASH = "kueue.x-k8s.io/role-hash"
 
 
@@ -49,9 +51,8 @@ def as_kueue_mutates(pod: Obj) -> Obj:
     meta = mutated["metadata"]
     meta["labels"][MANAGED] = "true"
     meta.setdefault("finalizers", []).append(MANAGED)
-    mutated["spec"].setdefault("schedulingGates", []).append({"name": GATE})
-    if KUEUE_POD_GROUP_LABEL in meta["labels"]:
-        meta.setdefault("annotations", {})[ROLE_HASH] = "0a1b2c3d"
+    mutated["spec"].setdefault("schedulingGates", []).extend([{"name": GATE}, {"name": TOPOLOGY_GATE}])
+    meta.setdefault("annotations", {})[ROLE_HASH] = "0a1b2c3d"
     return mutated
 
 
@@ -60,9 +61,10 @@ async def test_a_queued_grouped_pod_as_kueue_mutates_it_is_admitted(policed: Kub
         pod = as_kueue_mutates(queued_pod(namespace, participant))
         assert pod["metadata"]["labels"][KUEUE_POD_GROUP_LABEL].startswith("sig-11111111-2222-3333-4444-")
         assert pod["metadata"]["annotations"][KUEUE_POD_GROUP_COUNT] == "2"
+        assert pod["metadata"]["annotations"][KUEUE_RETRIABLE_IN_GROUP] == "false"
         admitted = await dry_run(policed, pods_path(namespace), pod)
         assert admitted["metadata"]["finalizers"] == [MANAGED]
-        assert admitted["spec"]["schedulingGates"] == [{"name": GATE}]
+        assert admitted["spec"]["schedulingGates"] == [{"name": GATE}, {"name": TOPOLOGY_GATE}]
         assert admitted["metadata"]["labels"][MANAGED] == "true"
 
 

@@ -91,6 +91,7 @@ def test_a_queued_multi_participant_pod_check_is_one_kueue_pod_group(count: int,
     if grouped:
         assert groups == {f"sig-{RUN_UID}-c{inputs.check_index}"}, "one group for every Pod of the check"
         assert counts == {str(count)}, "Kueue admits the group when all its Pods fit"
+        assert {p["metadata"]["annotations"][workloads.KUEUE_RETRIABLE_IN_GROUP] for p in pods} == {"false"}
     else:
         assert groups == {None}
         assert counts == {None}
