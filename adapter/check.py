@@ -20,18 +20,20 @@ retried after its adapter was killed still removes what that adapter created.
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from adapter import backend, collect, mpijobs, workloads
+from adapter import backend, collect, mpijobs, podbackend, workloads
 from adapter.adoption import adoptable
 from adapter.adoption import labels as evidence_labels
 from adapter.backend import TreeCheck, log
 from adapter.inputs import Inputs, Refusal, ended, validate_against_run
 from kubeio.client import Kube, resource_path
+from kubeio.discovery import list_if_served
 from kubeio.errors import AlreadyExists
-from shared import keys
+from shared import keys, ownership, snapshot
 from shared.evidence import (
     CHECK_EVIDENCE_SCHEMA,
     RESULTS_SCHEMA,
@@ -48,7 +50,7 @@ from shared.evidence import (
 )
 from shared.meta import to_millisecond
 from shared.result import RunnerResult
-from shared.run import Verdict
+from shared.run import Verdict, may_have_mpijobs
 
 Obj = dict[str, Any]
 
@@ -61,6 +63,9 @@ class Settings:
     """Time beyond the check's deadline to wait for results (Pods that never start)."""
     quiesce_seconds: float = 60.0
     """Bound on proving every workload gone."""
+    trusted_nodes: Mapping[str, str] = field(default_factory=dict)
+    """The trusted Nodes' ``node-restriction.kubernetes.io/`` labels: where a ``crossNode``
+    launcher may run (adapter/placement.py); empty: any Node not under test."""
 
 
 class Interrupted(RuntimeError):
@@ -79,12 +84,22 @@ def _now() -> datetime:
     return to_millisecond(datetime.now(UTC))
 
 
-async def _guard_other_checks(kube: Kube, inputs: Inputs) -> None:
+async def _mpijobs(kube: Kube, inputs: Inputs, selector: str) -> list[Obj]:
+    """MPIJobs matching ``selector``; none where the cluster does not serve MPIJobs at all
+    (no MPI operator; kubeio/discovery.py confirms the list's 404, else it is raised)."""
+    return await list_if_served(
+        kube, workloads.MPI_API, keys.MPIJOB_PLURAL, inputs.run_namespace, labelSelector=selector
+    )
+
+
+async def _guard_other_checks(kube: Kube, inputs: Inputs, run: Obj) -> None:
     selector = f"{keys.RUN_UID_LABEL}={inputs.run_uid},{keys.CHECK_LABEL}!={inputs.check.name}"
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    left = [f"Pod {p['metadata']['name']}" for p in pods]
-    left += [f"MPIJob {j['metadata']['name']}" for j in jobs.get("items", [])]
+    left = [f"Pod {p['metadata']['name']}" for p in pods if ownership.made_for_run(p, inputs.run_uid)]
+    others = [c for i, c in enumerate(run["spec"].get("checks") or []) if i != inputs.check_index]
+    if may_have_mpijobs(others):  # a Pod-only Run has no MPIJob to wait for
+        jobs = await _mpijobs(kube, inputs, selector)
+        left += [f"MPIJob {j['metadata']['name']}" for j in jobs if ownership.made_for_run(j, inputs.run_uid)]
     if left:
         raise Refusal(
             f"Run {inputs.run_name}: workloads of another check still exist ({', '.join(sorted(left)[:5])}); "
@@ -110,46 +125,38 @@ async def _persist(kube: Kube, inputs: Inputs, name: str, document: Obj, schema:
     return digest, size
 
 
-async def _run_pods(
-    kube: Kube, inputs: Inputs, settings: Settings, *, observe_only: bool = False
-) -> tuple[list[ParticipantResult], list[Workload]]:
-    path = resource_path("v1", "pods", inputs.run_namespace)
-    bodies = [
-        workloads.backend_pod(inputs, p.index, p.node_name, settings.runner_image)
-        for p in sorted(inputs.participants, key=lambda p: p.index)
-    ]
-    if not observe_only:
-        await backend.fan_out(lambda b: backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid), bodies)
-    expected = {b["metadata"]["name"] for b in bodies}
-
-    def finished(pods: list[Obj]) -> bool:
-        done = {p["metadata"]["name"] for p in pods if collect.terminal(p)}
-        return expected <= done
-
-    bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
-    pods = await backend.wait_pods(kube, inputs.run_namespace, workloads.check_selector(inputs), finished, bound)
-    pods = [p for p in pods if backend.runs_runner(p, settings.runner_image) and backend.owned_by(p, inputs.run_uid)]
-    return collect.collect_pods(inputs.participants, pods), collect.pod_workloads(pods)
-
-
 async def _run_backend(
-    kube: Kube, inputs: Inputs, settings: Settings, *, observe_only: bool = False
+    kube: Kube, inputs: Inputs, settings: Settings, script: str | None, *, observe_only: bool = False
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None]:
     if inputs.check.backend == "Pod":
-        participants, found = await _run_pods(kube, inputs, settings, observe_only=observe_only)
+        participants, found = await podbackend.run(
+            kube,
+            inputs,
+            image=settings.runner_image,
+            grace_seconds=settings.start_grace_seconds,
+            script=script,
+            observe_only=observe_only,
+        )
         return participants, found, None
     bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds
     return await mpijobs.run(
-        kube, inputs, image=settings.runner_image, sshd=settings.sshd, bound=bound, observe_only=observe_only
+        kube,
+        inputs,
+        image=settings.runner_image,
+        sshd=settings.sshd,
+        bound=bound,
+        script=script,
+        trusted=settings.trusted_nodes,
+        observe_only=observe_only,
     )
 
 
 async def _until_stopped(
-    kube: Kube, inputs: Inputs, settings: Settings, stop: asyncio.Event
+    kube: Kube, inputs: Inputs, settings: Settings, script: str | None, stop: asyncio.Event
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None, bool]:
     """Run the check unless ``stop`` is set first; then take what exists now instead.
     The last value says whether the check was interrupted."""
-    work = asyncio.ensure_future(_run_backend(kube, inputs, settings))
+    work = asyncio.ensure_future(_run_backend(kube, inputs, settings, script))
     stopped = asyncio.ensure_future(stop.wait())
     await asyncio.wait({work, stopped}, return_when=asyncio.FIRST_COMPLETED)
     if work.done():
@@ -159,11 +166,11 @@ async def _until_stopped(
     with contextlib.suppress(asyncio.CancelledError):
         await work
     log.warning("check interrupted; taking what exists now as its results", check=inputs.check.name)
-    return (*await _run_backend(kube, inputs, settings, observe_only=True), True)
+    return (*await _run_backend(kube, inputs, settings, script, observe_only=True), True)
 
 
 async def _collect(
-    kube: Kube, inputs: Inputs, settings: Settings, source_digest: str, stop: asyncio.Event, *, observe_only: bool
+    kube: Kube, inputs: Inputs, settings: Settings, run: Obj, stop: asyncio.Event, *, observe_only: bool
 ) -> tuple[CheckResults, str, bool]:
     """Run the check (or, ``observe_only``, take what exists now) and persist its results;
     or load results an earlier attempt persisted. The last value: interrupted."""
@@ -176,14 +183,17 @@ async def _collect(
         except ValueError as exc:
             raise Refusal(f"results ConfigMap {inputs.run_namespace}/{name} is unusable: {exc}") from exc
     started = _now()
+    source_digest = run["spec"]["source"]["digest"]
+    bundle = await _verified_snapshot(kube, inputs, source_digest, refuse=not observe_only)
+    script = bundle.get(inputs.check.script_key) if bundle is not None else None
     if observe_only:
-        participants, found, launcher = await _run_backend(kube, inputs, settings, observe_only=True)
+        participants, found, launcher = await _run_backend(kube, inputs, settings, script, observe_only=True)
         interrupted = True
     else:
-        await _guard_other_checks(kube, inputs)
+        await _guard_other_checks(kube, inputs, run)
         if stop.is_set():
             raise Interrupted(f"Run {inputs.run_name} check {inputs.check.name}: stopped before it started")
-        participants, found, launcher, interrupted = await _until_stopped(kube, inputs, settings, stop)
+        participants, found, launcher, interrupted = await _until_stopped(kube, inputs, settings, script, stop)
     verdict, reason = check_verdict(participants)
     if interrupted:
         reason = f"Interrupted: {reason}"
@@ -195,6 +205,8 @@ async def _collect(
             backend=inputs.check.backend,
             script_key=inputs.check.script_key,
             source_digest=source_digest,
+            bundle=bundle,
+            script_digest=script,
         ),
         verdict=verdict,
         reason=reason,
@@ -207,6 +219,29 @@ async def _collect(
     digest, size = await _persist(kube, inputs, name, to_document(results), RESULTS_SCHEMA)
     log.info("results persisted", config_map=name, digest=digest, bytes=size, verdict=verdict.value)
     return results, digest, interrupted
+
+
+async def _verified_snapshot(kube: Kube, inputs: Inputs, source_digest: str, *, refuse: bool) -> dict[str, str] | None:
+    """sha256 of every key of the Run's snapshot, once it is shown to be the Run's own
+    (``shared.snapshot.problem``: controlled by the Run, immutable, its bytes the Run's source
+    digest) and to hold the check's script key. Otherwise: ``refuse`` (before anything is
+    created) raises Refusal; else (taking what exists after an interruption) None, and no
+    verdict of the check is proven."""
+    where = f"snapshot ConfigMap {inputs.run_namespace}/{inputs.snapshot}"
+    found = await kube.get_or_none(resource_path("v1", "configmaps", inputs.run_namespace, inputs.snapshot))
+    why = "it does not exist" if found is None else snapshot.problem(found, inputs.run_uid, source_digest)
+    digests = snapshot.key_digests(found) if found is not None and why is None else None
+    if digests is not None and inputs.check.script_key not in digests:
+        why = f"it has no key {inputs.check.script_key!r}"
+    if why is None and digests is not None:
+        return digests
+    if refuse:
+        raise Refusal(
+            f"{where} is not Run {inputs.run_name}'s snapshot: {why}; no workload may run it. "
+            "The controller makes it; find who changed or replaced it"
+        )
+    log.warning("the Run's snapshot cannot be verified; no verdict of this check is proven", problem=why)
+    return None
 
 
 async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: Settings) -> Cleanup:
@@ -289,9 +324,7 @@ async def _finish(
         return Report(kept.verdict, name, digest, proceed=_proceed(kept))
     if observe_only and not await _has_workloads(kube, inputs) and not await _has_results(kube, inputs):
         return Report(Verdict.INCONCLUSIVE, "", "", proceed=False)
-    results, results_digest, interrupted = await _collect(
-        kube, inputs, settings, run["spec"]["source"]["digest"], stop, observe_only=observe_only
-    )
+    results, results_digest, interrupted = await _collect(kube, inputs, settings, run, stop, observe_only=observe_only)
     cleanup = await _quiesce(kube, inputs, results, settings)
     verdict, reason = results.verdict, results.reason
     if cleanup.state != "Complete":
@@ -318,8 +351,10 @@ async def _finish(
 async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
     selector = workloads.check_selector(inputs)
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    return bool(pods or jobs.get("items"))
+    pods = [p for p in pods if ownership.made_for_run(p, inputs.run_uid)]
+    if pods or inputs.check.backend == "Pod":  # a Pod check has no MPIJob
+        return bool(pods)
+    return any(ownership.made_for_run(j, inputs.run_uid) for j in await _mpijobs(kube, inputs, selector))
 
 
 async def _has_results(kube: Kube, inputs: Inputs) -> bool:

@@ -17,7 +17,7 @@ from typing import Any, assert_never
 
 from adapter import workloads
 from shared import keys
-from shared.evidence import ParticipantResult, Workload
+from shared.evidence import OwnerLink, ParticipantResult, Workload
 from shared.profile import MpiScope
 from shared.result import INCONCLUSIVE_EXIT_CODE, RankResult, ResultError, RunnerResult, parse_result
 from shared.run import Participant, Verdict
@@ -70,7 +70,18 @@ def _base(participant: Participant, verdict: Verdict, reason: str, pod: Obj | No
     )
 
 
-def _from_result(participant: Participant, pod: Obj, result: RunnerResult) -> ParticipantResult:
+def script_mismatch(reported: str | None, script: str | None) -> str | None:
+    """Why a runner's report of the script it executed does not prove the Run's snapshot ran,
+    or None. ``script``: the check's script digest from the verified snapshot (None: the
+    snapshot could not be verified)."""
+    if script is None:
+        return "UnverifiedSnapshot: the Run's script snapshot could not be verified"
+    if reported != script:
+        return f"ScriptMismatch: the runner executed {reported or 'an unreported script'}, not the snapshot's {script}"
+    return None
+
+
+def _from_result(participant: Participant, pod: Obj, result: RunnerResult, script: str | None) -> ParticipantResult:
     terminated = _runner_status(pod) or {}
     verdict, reason = result.verdict, result.reason
     consistent = (
@@ -83,9 +94,13 @@ def _from_result(participant: Participant, pod: Obj, result: RunnerResult) -> Pa
             Verdict.INCONCLUSIVE,
             "InconsistentResult: Pass reported but the script or Pod did not succeed",
         )
+    mismatch = script_mismatch(result.script_digest, script)
+    if verdict != Verdict.INCONCLUSIVE and mismatch:
+        verdict, reason = Verdict.INCONCLUSIVE, mismatch
     base = _base(participant, verdict, reason, pod)
     return base.model_copy(
         update={
+            "script_digest": result.script_digest,
             "exit_code": result.exit_code,
             "signal": result.signal,
             "measurements": result.measurements,
@@ -110,8 +125,11 @@ def foreign(result: RunnerResult, pod: Obj, participant: Participant) -> str | N
     return None
 
 
-def collect_pods(participants: tuple[Participant, ...], pods: list[Obj]) -> list[ParticipantResult]:
-    """One result per participant from the check's Pods (Pod backend)."""
+def collect_pods(
+    participants: tuple[Participant, ...], pods: list[Obj], *, script: str | None
+) -> list[ParticipantResult]:
+    """One result per participant from the check's Pods (Pod backend); a verdict counts only
+    from a runner that executed ``script`` (``script_mismatch``)."""
     by_index: dict[int, list[Obj]] = {}
     for pod in pods:
         label = pod["metadata"].get("labels", {}).get(keys.PARTICIPANT_LABEL, "")
@@ -142,11 +160,13 @@ def collect_pods(participants: tuple[Participant, ...], pods: list[Obj]) -> list
         if claims[key] > 1 or claimed_indexes[participant.index] > 1:
             results.append(_base(participant, Verdict.INCONCLUSIVE, "DuplicateResult: identity claimed twice", pod))
             continue
-        results.append(_from_result(participant, pod, result))
+        results.append(_from_result(participant, pod, result, script))
     return results
 
 
-def pod_workloads(pods: list[Obj]) -> list[Workload]:
+def pod_workloads(pods: list[Obj], owners: list[OwnerLink] | None = None) -> list[Workload]:
+    """The Pods of a Pod check as evidence workloads, each with ``owners``, the chain the
+    adapter verified for them (``shared.ownership.run_chain``)."""
     found = []
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         label = pod["metadata"].get("labels", {}).get(keys.PARTICIPANT_LABEL, "")
@@ -158,6 +178,7 @@ def pod_workloads(pods: list[Obj]) -> list[Workload]:
                 node_name=pod.get("spec", {}).get("nodeName"),
                 participant_index=int(label) if label.isdigit() else None,
                 role="participant",
+                owners=owners,
             )
         )
     return found
@@ -184,10 +205,11 @@ def launcher_placement(node: str | None, participants: tuple[Participant, ...], 
 
 
 def trusted_launcher(
-    participants: tuple[Participant, ...], launcher_pods: list[Obj], scope: MpiScope
+    participants: tuple[Participant, ...], launcher_pods: list[Obj], scope: MpiScope, script: str | None
 ) -> tuple[RunnerResult | None, str]:
     """The one finished launcher's report, if it is its own Pod's, from a Node that may speak
-    for ``participants`` (``launcher_placement``); a Pass its Pod does not bear out is
+    for ``participants`` (``launcher_placement``), and it ran ``script`` (``script_mismatch``;
+    its ranks each reported the same to it); a Pass its Pod does not bear out is
     Inconclusive. Else None and why."""
     finished = [p for p in launcher_pods if terminal(p)]
     if len(launcher_pods) > 1:
@@ -206,6 +228,9 @@ def trusted_launcher(
     misplaced = launcher_placement(node, participants, scope)
     if misplaced:
         return None, misplaced
+    mismatch = script_mismatch(launcher.script_digest, script)
+    if mismatch:
+        return None, mismatch
     if launcher.verdict == Verdict.PASS:
         terminated = _runner_status(pod) or {}
         phase = (pod.get("status") or {}).get("phase")
@@ -222,13 +247,14 @@ def collect_mpi(
     slots: int = 1,
     *,
     scope: MpiScope = "crossNode",
+    script: str | None,
 ) -> tuple[list[ParticipantResult], RunnerResult | None, str]:
     """One result per participant from an MPIJob's workers and its launcher's report, each
     participant bound to the ranks that ran on its own worker (``slots`` of them). For a
     perNode check, call it once per participant with that participant's MPIJob only and
     ``scope="perNode"``; the launcher's Node must fit ``scope`` (``launcher_placement``).
     Returns (results, the launcher's result or None, why there is none)."""
-    launcher, why = trusted_launcher(participants, launcher_pods, scope)
+    launcher, why = trusted_launcher(participants, launcher_pods, scope, script)
     ranks: dict[str, list[RankResult]] = {}
     for rank in launcher.launcher.ranks if launcher and launcher.launcher else []:
         ranks.setdefault(rank.host, []).append(rank)
@@ -253,7 +279,11 @@ def collect_mpi(
             results.append(_base(participant, Verdict.INCONCLUSIVE, "MissingRank: no rank reported from it", worker))
         elif failed:
             listed = ", ".join(f"rank {r.rank} exited {r.exit_code}" for r in failed[:4])
-            results.append(_base(participant, Verdict.FAIL, f"Failed: {listed}", worker))
+            results.append(
+                _base(participant, Verdict.FAIL, f"Failed: {listed}", worker).model_copy(
+                    update={"script_digest": launcher.script_digest}
+                )
+            )
         elif launcher.verdict != Verdict.PASS:
             results.append(_base(participant, Verdict.INCONCLUSIVE, f"Launcher: {launcher.reason}", worker))
         elif len(own) != slots:
@@ -263,7 +293,7 @@ def collect_mpi(
             numbers = ", ".join(str(r.rank) for r in own)
             results.append(
                 _base(participant, Verdict.PASS, f"Succeeded: rank(s) {numbers} exited 0", worker).model_copy(
-                    update={"exit_code": 0}
+                    update={"exit_code": 0, "script_digest": launcher.script_digest}
                 )
             )
     return results, launcher, why

@@ -28,6 +28,7 @@ import structlog
 
 from adapter.check import Interrupted, Settings, clean_up, run_check
 from adapter.inputs import Inputs, Refusal, parse_inputs
+from adapter.placement import TRUSTED_SELECTOR_ENV, PlacementError, parse_trusted_selector
 from adapter.policy import require_policies
 from adapter.step import OUTPUT_DIR, RUNNER_IMAGE_ENV
 from adapter.workloads import DEFAULT_RUNNER_IMAGE, DEFAULT_SSHD
@@ -62,6 +63,14 @@ def parser() -> argparse.ArgumentParser:
         help=f"image of the backend Pods (default: ${RUNNER_IMAGE_ENV}, set by the WorkflowTemplate)",
     )
     p.add_argument("--mpi-worker-sshd", default=DEFAULT_SSHD, help="sshd path in the runner image for MPI workers")
+    p.add_argument(
+        "--trusted-node-selector",
+        default=os.environ.get(TRUSTED_SELECTOR_ENV, ""),
+        help=(
+            "key=value,... of the trusted Nodes where crossNode MPI launchers run, every key under "
+            f"node-restriction.kubernetes.io/ (default: ${TRUSTED_SELECTOR_ENV}, set by the WorkflowTemplate)"
+        ),
+    )
     p.add_argument("--start-grace-seconds", type=float, default=60.0, help="wait beyond the check deadline")
     p.add_argument("--quiesce-seconds", type=float, default=60.0, help="bound on proving the workloads gone")
     p.add_argument(
@@ -127,11 +136,16 @@ async def sweep(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def adapt(args: argparse.Namespace) -> int:
+    try:
+        trusted = parse_trusted_selector(args.trusted_node_selector)
+    except PlacementError as exc:
+        raise Refusal(f"--trusted-node-selector: {exc}") from exc
     settings = Settings(
         runner_image=args.runner_image,
         sshd=args.mpi_worker_sshd,
         start_grace_seconds=args.start_grace_seconds,
         quiesce_seconds=args.quiesce_seconds,
+        trusted_nodes=trusted,
     )
     if args.sweep_checks_json is not None:
         return await sweep(args, settings)

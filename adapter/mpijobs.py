@@ -14,18 +14,22 @@ the workloads are removed.
 """
 
 import asyncio
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 from adapter import backend, collect, workloads
 from adapter.backend import TreeCheck
 from adapter.inputs import Inputs
 from kubeio.client import Kube, resource_path
-from shared.evidence import ParticipantResult, Workload
+from shared import ownership
+from shared.evidence import OwnerLink, ParticipantResult, Workload
 from shared.result import RunnerResult
 from shared.run import Participant
 
 Obj = dict[str, Any]
 MPIJOBS = (workloads.MPI_API, "mpijobs")
+Role = Literal["launcher", "worker"]
 
 
 async def _existing_jobs(kube: Kube, inputs: Inputs) -> dict[str, Obj]:
@@ -35,13 +39,15 @@ async def _existing_jobs(kube: Kube, inputs: Inputs) -> dict[str, Obj]:
     return {j["metadata"]["name"]: j for j in listing.get("items", []) if backend.owned_by(j, inputs.run_uid)}
 
 
-async def _jobs(kube: Kube, inputs: Inputs, image: str, sshd: str, observe_only: bool) -> list[tuple[Obj, int | None]]:
+async def _jobs(
+    kube: Kube, inputs: Inputs, image: str, sshd: str, observe_only: bool, trusted: Mapping[str, str]
+) -> list[tuple[Obj, int | None]]:
     """(MPIJob, participant index or None) of the check, created or adopted."""
     path = resource_path(*MPIJOBS, inputs.run_namespace)
     if observe_only:
         existing = await _existing_jobs(kube, inputs)
         return [(existing[name], index) for name, index in workloads.mpijob_names(inputs) if name in existing]
-    bodies = workloads.mpijobs(inputs, image, sshd=sshd)
+    bodies = workloads.mpijobs(inputs, image, sshd=sshd, trusted=trusted)
     made = await backend.fan_out(lambda b: backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid), bodies)
     return list(zip(made, [index for _, index in workloads.mpijob_names(inputs)], strict=True))
 
@@ -50,77 +56,167 @@ def _job_selector(inputs: Inputs, job: Obj) -> str:
     return f"{workloads.check_selector(inputs)},{workloads.MPI_JOB_LABEL}={job['metadata']['name']}"
 
 
-async def _launcher_job(kube: Kube, inputs: Inputs, job: Obj) -> Workload | None:
-    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+async def _launcher_job(kube: Kube, inputs: Inputs, job: Obj) -> Obj | None:
+    """The MPIJob's launcher Job, if the MPI operator made it for this MPIJob."""
+    name = job["metadata"]["name"]
     launcher_job = await kube.get_or_none(resource_path("batch/v1", "jobs", inputs.run_namespace, f"{name}-launcher"))
-    if launcher_job is None or not backend.owned_by(launcher_job, uid):
+    if launcher_job is None or not backend.owned_by(launcher_job, job["metadata"]["uid"]):
         return None
-    return Workload(kind="Job", name=launcher_job["metadata"]["name"], uid=launcher_job["metadata"]["uid"], role="job")
+    return launcher_job
+
+
+def _pod_workload(pod: Obj, role: Role, index: int | None, owners: list[OwnerLink]) -> Workload:
+    return Workload(
+        kind="Pod",
+        name=pod["metadata"]["name"],
+        uid=pod["metadata"]["uid"],
+        node_name=pod.get("spec", {}).get("nodeName"),
+        participant_index=index,
+        role=role,
+        owners=owners,
+    )
+
+
+def _chained(
+    pods: list[Obj], chain: Callable[[Obj], list[OwnerLink] | None], what: str
+) -> list[tuple[Obj, list[OwnerLink]]]:
+    """The Pods whose controller owner chain leads to this check's MPIJob (``shared.ownership``),
+    each with its chain; the others (mirror Pods, another creator's) are ignored and logged."""
+    kept = []
+    for pod in pods:
+        owners = chain(pod)
+        if owners is None:
+            meta = pod["metadata"]
+            backend.log.warning(
+                "ignoring a Pod that Signal did not create",
+                role=what,
+                pod=meta.get("name"),
+                uid=meta.get("uid"),
+                mirror=ownership.is_mirror(pod),
+                node=pod.get("spec", {}).get("nodeName"),
+            )
+            continue
+        kept.append((pod, owners))
+    return kept
+
+
+async def _wait_launcher(
+    kube: Kube, inputs: Inputs, job: Obj, job_chain: list[OwnerLink], image: str, bound: float
+) -> tuple[list[Obj], Obj | None]:
+    """Wait until the MPIJob's own launcher Pod has finished (or the bound passes); the launcher
+    Pods seen and the launcher Job. A Pod that only looks like the launcher (labels, a mirror
+    Pod, an ownerReference to a Job of the right name but another uid) never ends the wait
+    once the Job is known; before it is, such a Pod ends one pass and the Job is read."""
+    selector = f"{_job_selector(inputs, job)},{workloads.MPI_ROLE_LABEL}=launcher"
+    deadline = time.monotonic() + bound
+    launcher_job = await _launcher_job(kube, inputs, job)
+    job_name = f"{job['metadata']['name']}-launcher"
+
+    def counts(pod: Obj) -> bool:
+        if not collect.terminal(pod) or not backend.runs_runner(pod, image):
+            return False
+        if launcher_job is not None:
+            return ownership.launcher_chain(pod, launcher_job, job, job_chain) is not None
+        ref = ownership.controller_ref(pod) or {}
+        return not ownership.is_mirror(pod) and ref.get("kind") == ownership.JOB_KIND and ref.get("name") == job_name
+
+    while True:
+        pods = await backend.wait_pods(
+            kube,
+            inputs.run_namespace,
+            selector,
+            lambda seen: any(counts(p) for p in seen),
+            max(0.0, deadline - time.monotonic()),
+        )
+        if launcher_job is None:
+            launcher_job = await _launcher_job(kube, inputs, job)
+        if any(counts(p) for p in pods) or time.monotonic() >= deadline:
+            return pods, launcher_job
+        if launcher_job is None:
+            await asyncio.sleep(backend.POLL_SECONDS)  # a look-alike finished before the Job exists
 
 
 async def _one(
-    kube: Kube, inputs: Inputs, job: Obj, index: int | None, image: str, bound: float
+    kube: Kube, inputs: Inputs, job: Obj, index: int | None, image: str, bound: float, script: str | None
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None]:
-    """Wait for one MPIJob's launcher and collect its participants' results."""
+    """Wait for one MPIJob's launcher and collect its participants' results. Only Pods whose
+    controller owner chain leads to this MPIJob count (``shared.ownership``): the launcher
+    Job's Pod and the MPIJob's workers; a mirror Pod or any other Pod with the same labels is
+    ignored, so it can neither forge nor block the verdict."""
     selector = _job_selector(inputs, job)
     participants: tuple[Participant, ...] = (
         inputs.participants if index is None else tuple(p for p in inputs.participants if p.index == index)
     )
-    launchers = f"{selector},{workloads.MPI_ROLE_LABEL}=launcher"
-    launcher_pods = await backend.wait_pods(
-        kube, inputs.run_namespace, launchers, lambda pods: any(collect.terminal(p) for p in pods), bound
+    job_chain = ownership.run_chain(job, inputs.run_name, inputs.run_uid) or []
+    launcher_pods, launcher_job = await _wait_launcher(kube, inputs, job, job_chain, image, bound)
+    chained_launchers = _chained(
+        [p for p in launcher_pods if backend.runs_runner(p, image)],
+        lambda p: ownership.launcher_chain(p, launcher_job, job, job_chain) if job_chain else None,
+        "launcher",
     )
     workers, _ = await backend.list_pods(kube, inputs.run_namespace, f"{selector},{workloads.MPI_ROLE_LABEL}=worker")
-    job_uid = job["metadata"]["uid"]
-    workers = [w for w in workers if backend.owned_by(w, job_uid) and backend.runs_runner(w, image)]
-    launcher_pods = [p for p in launcher_pods if backend.runs_runner(p, image)]
+    chained_workers = _chained(
+        [w for w in workers if backend.runs_runner(w, image)],
+        lambda w: ownership.worker_chain(w, job, job_chain) if job_chain else None,
+        "worker",
+    )
     results, launcher, _ = collect.collect_mpi(
         participants,
-        workers,
-        launcher_pods,
+        [w for w, _ in chained_workers],
+        [p for p, _ in chained_launchers],
         inputs.check.slots_per_worker,
         scope="crossNode" if index is None else "perNode",
+        script=script,
     )
     if index is not None:
         results = [collect.with_launcher_output(r, launcher) for r in results]
-    found = [Workload(kind="MPIJob", name=job["metadata"]["name"], uid=job_uid, participant_index=index, role="mpijob")]
-    launcher_job = await _launcher_job(kube, inputs, job)
+    job_uid = job["metadata"]["uid"]
+    found = [
+        Workload(
+            kind="MPIJob",
+            name=job["metadata"]["name"],
+            uid=job_uid,
+            participant_index=index,
+            role="mpijob",
+            owners=job_chain or None,
+        )
+    ]
     if launcher_job is not None:
-        found.append(launcher_job)
+        found.append(
+            Workload(
+                kind="Job",
+                name=launcher_job["metadata"]["name"],
+                uid=launcher_job["metadata"]["uid"],
+                role="job",
+                owners=[ownership.link(job, ownership.MPIJOB_KIND), *job_chain] if job_chain else None,
+            )
+        )
     node_index = {p.node_name: p.index for p in participants}
-    for pod in launcher_pods:
+    for pod, owners in chained_launchers:
         node = pod.get("spec", {}).get("nodeName")
-        found.append(
-            Workload(
-                kind="Pod",
-                name=pod["metadata"]["name"],
-                uid=pod["metadata"]["uid"],
-                node_name=node,
-                participant_index=index if index is not None and node_index.get(node or "") == index else None,
-                role="launcher",
-            )
-        )
-    for worker in sorted(workers, key=lambda w: w["metadata"]["name"]):
+        own = index if index is not None and node_index.get(node or "") == index else None
+        found.append(_pod_workload(pod, "launcher", own, owners))
+    for worker, owners in sorted(chained_workers, key=lambda w: w[0]["metadata"]["name"]):
         node = worker.get("spec", {}).get("nodeName")
-        found.append(
-            Workload(
-                kind="Pod",
-                name=worker["metadata"]["name"],
-                uid=worker["metadata"]["uid"],
-                node_name=node,
-                participant_index=node_index.get(node or ""),
-                role="worker",
-            )
-        )
+        found.append(_pod_workload(worker, "worker", node_index.get(node or ""), owners))
     return results, found, launcher
 
 
 async def run(
-    kube: Kube, inputs: Inputs, *, image: str, sshd: str, bound: float, observe_only: bool = False
+    kube: Kube,
+    inputs: Inputs,
+    *,
+    image: str,
+    sshd: str,
+    bound: float,
+    script: str | None,
+    trusted: Mapping[str, str] | None = None,
+    observe_only: bool = False,
 ) -> tuple[list[ParticipantResult], list[Workload], RunnerResult | None]:
-    """Results per participant, every workload found, and (crossNode) the launcher's result."""
-    jobs = await _jobs(kube, inputs, image, sshd, observe_only)
-    outcomes = await asyncio.gather(*(_one(kube, inputs, job, index, image, bound) for job, index in jobs))
+    """Results per participant, every workload found, and (crossNode) the launcher's result;
+    a verdict counts only from a launcher that executed ``script`` (the snapshot's)."""
+    jobs = await _jobs(kube, inputs, image, sshd, observe_only, trusted or {})
+    outcomes = await asyncio.gather(*(_one(kube, inputs, job, index, image, bound, script) for job, index in jobs))
     by_index: dict[int, ParticipantResult] = {}
     found: list[Workload] = []
     launcher: RunnerResult | None = None
@@ -133,7 +229,9 @@ async def run(
     results = [by_index[i] for i in sorted(by_index)]
     if missing:
         # An interrupted perNode check may not have created every participant's MPIJob.
-        results = sorted([*results, *collect.collect_mpi(tuple(missing), [], [])[0]], key=lambda r: r.index)
+        results = sorted(
+            [*results, *collect.collect_mpi(tuple(missing), [], [], script=script)[0]], key=lambda r: r.index
+        )
     return results, found, launcher
 
 

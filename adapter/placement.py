@@ -2,9 +2,11 @@
 can change its own Node's labels, never its name), or on no Node under test (the adapter's step
 Pods and a ``crossNode`` MPI launcher, whose report speaks for every participant)."""
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from shared import keys
+from shared.certified import TRUSTED_LABEL_PREFIX
 
 NODE_NAME_FIELD: Final = "metadata.name"
 
@@ -15,11 +17,46 @@ certification nor reserved by a Run: the only Nodes where the adapter's step Pod
 (``adapter.workflow_template``) and a ``crossNode`` MPI launcher may run."""
 
 
-def off_nodes_under_test(participants: list[str]) -> dict[str, Any]:
-    """Required node affinity, one term: ``NOT_UNDER_TEST`` and none of ``participants`` by
-    name (a kubelet can remove its own Node's labels but never change its name; one value per
-    field selector, the requirements of a term are ANDed)."""
-    expressions = [{"key": key, "operator": operator} for key, operator in NOT_UNDER_TEST]
+TRUSTED_SELECTOR_ENV: Final = "SIGNAL_TRUSTED_NODE_SELECTOR"
+"""The trusted Nodes' labels (``key=value,...``), for the adapter's step Pods (the WorkflowTemplate's
+``nodeSelector``) and its ``crossNode`` launchers alike; set by the WorkflowTemplate."""
+
+
+class PlacementError(ValueError):
+    """A trusted-node selector that a kubelet could satisfy on its own, or malformed."""
+
+
+def parse_trusted_selector(text: str) -> dict[str, str]:
+    """``key=value,...`` into labels; every key under ``node-restriction.kubernetes.io/``, the
+    only prefix NodeRestriction forbids a kubelet to set on its own Node (a selector on any
+    other label lets a compromised Node make itself trusted). Empty text: no selector."""
+    labels: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise PlacementError(f"trusted-node selector item {item!r} is not key=value")
+        labels[key] = value
+    check_trusted(labels)
+    return labels
+
+
+def check_trusted(labels: Mapping[str, str]) -> None:
+    """Raise PlacementError unless every key is one a kubelet cannot set."""
+    loose = sorted(key for key in labels if not key.startswith(TRUSTED_LABEL_PREFIX))
+    if loose:
+        raise PlacementError(
+            f"trusted-node labels must be under {TRUSTED_LABEL_PREFIX} (a kubelet can set any other label on "
+            f"its own Node): {', '.join(loose)}; label the trusted Nodes with such a key as a cluster admin"
+        )
+
+
+def off_nodes_under_test(participants: list[str], trusted: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Required node affinity, one term: ``NOT_UNDER_TEST``, the ``trusted`` Nodes' labels
+    (``key In [value]``, when an operator marked them) and none of ``participants`` by name (a
+    kubelet can remove its own Node's labels but never change its name; one value per field
+    selector, the requirements of a term are ANDed)."""
+    expressions: list[dict[str, Any]] = [{"key": key, "operator": operator} for key, operator in NOT_UNDER_TEST]
+    expressions += [{"key": key, "operator": "In", "values": [value]} for key, value in sorted((trusted or {}).items())]
     fields = [{"key": NODE_NAME_FIELD, "operator": "NotIn", "values": [node]} for node in participants]
     term = {"matchExpressions": expressions, "matchFields": fields}
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}

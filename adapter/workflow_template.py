@@ -52,7 +52,7 @@ recursive steps template with input ``index`` (default ``"0"``).
 * Placement (docs/security.md, "Adapter containment"): every step Pod holds the adapter's
   token, so none may run on a Node under test. The Workflow-level ``affinity`` (Argo applies
   it to every Pod of the Workflow) requires Nodes *without* Signal's request label
-  (``projectsignal.dev/certify``) and reservation label (``projectsignal.dev/reserved-by``);
+  (``node-restriction.kubernetes.io/signal.certify``) and reservation label (``projectsignal.dev/reserved-by``);
   the template tolerates no Signal taint, so a cordoned (reserved) Node is out as well. An
   operator marks trusted Nodes with ``StepPlacement`` (a ``nodeSelector`` and tolerations for
   those Nodes' own taints), or patches ``spec.nodeSelector`` / ``spec.tolerations`` in an
@@ -84,7 +84,7 @@ from hera.workflows.models import (
     ValueFrom,
 )
 
-from adapter.placement import NOT_UNDER_TEST
+from adapter.placement import NOT_UNDER_TEST, TRUSTED_SELECTOR_ENV, check_trusted
 from adapter.step import OUTPUT_DEFAULTS, OUTPUT_DIR, RUNNER_IMAGE_ENV
 from shared import keys
 
@@ -148,12 +148,15 @@ class StepPlacement:
     test, whatever is set here (``_step_affinity``)."""
 
     node_selector: Mapping[str, str] = field(default_factory=dict)
-    """Labels of the trusted Nodes (empty: any Node that is not under test)."""
+    """Labels of the trusted Nodes, every key under ``node-restriction.kubernetes.io/`` (which no
+    kubelet can set on its own Node); empty: any Node that is not under test. ``crossNode`` MPI
+    launchers get the same (``SIGNAL_TRUSTED_NODE_SELECTOR``)."""
     tolerations: tuple[Mapping[str, str], ...] = ()
     """Tolerations for the trusted Nodes' own taints ({key, operator, value, effect});
     never Signal's reservation taint."""
 
     def __post_init__(self) -> None:
+        check_trusted(self.node_selector)  # a label a kubelet could set on its own Node trusts nothing
         for toleration in self.tolerations:
             if toleration.get("key") in ("", None, keys.RESERVED_TAINT_KEY):
                 raise ValueError(
@@ -175,6 +178,10 @@ def build_workflow_template(
 ) -> dict[str, Any]:
     """The ``signal-adapter`` WorkflowTemplate as a dict (pure: no cluster I/O)."""
     env = [Env(name=RUNNER_IMAGE_ENV, value=runner_image)]
+    if placement and placement.node_selector:
+        # crossNode launchers go to the same trusted Nodes as the steps (adapter/placement.py).
+        selector = ",".join(f"{k}={v}" for k, v in sorted(placement.node_selector.items()))
+        env.append(Env(name=TRUSTED_SELECTOR_ENV, value=selector))
     grace = json.dumps({"terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS})
     with WorkflowTemplate(
         api_version="argoproj.io/v1alpha1",

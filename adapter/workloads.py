@@ -14,11 +14,16 @@ restricted security context (non-root, no privilege escalation, all capabilities
 RuntimeDefault seccomp, read-only root filesystem) with only the capabilities and host
 network the check's workload policy allows, and Run, check and participant labels.
 
+Kueue: a check that names a queue labels its workloads ``kueue.x-k8s.io/queue-name``; a Pod check
+with more than one participant is also one Kueue pod group (``pod_group``: all or nothing).
+
 Placement: a Pod check's Pod is bound with ``nodeName``, except when it names a Kueue queue:
 Kueue gates such Pods and the API server refuses a gated Pod with ``nodeName``, so it is
 placed by required node affinity on ``metadata.name`` instead, as are MPI workers and a
 ``perNode`` launcher (on its participant's Node). A ``crossNode`` launcher speaks for every
-participant, so it never runs on a Node under test (``off_nodes_under_test``; docs/security.md).
+participant, so it never runs on a Node under test (``off_nodes_under_test``), and, where an operator
+marked trusted Nodes with ``node-restriction.kubernetes.io/`` labels (the adapter's
+``--trusted-node-selector``, the step Pods' own), only on those (docs/security.md).
 
 MPI over SSH on a real cluster: the MPI operator mounts its key Secret at the runner user's
 ``~/.ssh`` (``sshAuthMountPath``), the Pods' ``fsGroup`` lets that user read it, OpenMPI's
@@ -27,6 +32,7 @@ non-root sshd on ``keys.SSHD_PORT`` (set in the runner image's ssh client config
 """
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any, Final
 
 from adapter.inputs import Inputs
@@ -37,13 +43,15 @@ from shared.profile import Check
 
 RESERVED_TAINT_KEY: Final = keys.RESERVED_TAINT_KEY
 KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"
 CONTAINER: Final = "runner"
 SCRIPT_DIR: Final = "/signal/scripts"
 SCRIPT_PATH: Final = f"{SCRIPT_DIR}/script"
 WORKDIR: Final = "/signal/work"
 TERMINATION_LOG: Final = "/dev/termination-log"
 RUN_AS_USER: Final = keys.RUNNER_UID
-MPI_API: Final = "kubeflow.org/v2beta1"
+MPI_API: Final = keys.MPIJOB_API_VERSION
 MPI_JOB_LABEL: Final = "training.kubeflow.org/job-name"
 MPI_ROLE_LABEL: Final = "training.kubeflow.org/job-role"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
@@ -72,6 +80,19 @@ def mpijob_name(inputs: Inputs, participant_index: int | None = None) -> str:
     """The crossNode MPIJob's name, or (``participant_index``) a perNode one's."""
     base = f"sig-{hashlib.sha256(inputs.run_uid.encode()).hexdigest()[:12]}-c{inputs.check_index}"
     return base if participant_index is None else f"{base}-p{participant_index}"
+
+
+def pod_group(inputs: Inputs) -> tuple[str, int] | None:
+    """(name, total count) of the Kueue pod group of a Pod check that names a queue and has
+    more than one participant, or None. Kueue admits the group's Pods together or none of
+    them (it keeps each gated until the whole group fits the queue's quota), so a check never
+    starts on part of its group and waits for the rest until its deadline. The name is the
+    Run's and check's, ``sig-<run uid>-c<check index>`` (at most 44 characters: a label value
+    and a Workload name; the adapter's admission policy admits only its own Run's), the count
+    the number of participants."""
+    if inputs.check.backend != "Pod" or not inputs.check.workload.kueue_queue_name or len(inputs.participants) < 2:
+        return None
+    return f"sig-{inputs.run_uid}-c{inputs.check_index}", len(inputs.participants)
 
 
 def mpijob_names(inputs: Inputs) -> list[tuple[str, int | None]]:
@@ -240,17 +261,17 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
         spec["affinity"] = node_affinity([node_name])
     else:
         spec["nodeName"] = node_name
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name(inputs, participant_index),
-            "namespace": inputs.run_namespace,
-            "labels": {**check_labels(inputs), keys.PARTICIPANT_LABEL: str(participant_index)},
-            "ownerReferences": [run_owner(inputs)],
-        },
-        "spec": spec,
+    metadata: dict[str, Any] = {
+        "name": pod_name(inputs, participant_index),
+        "namespace": inputs.run_namespace,
+        "labels": {**check_labels(inputs), keys.PARTICIPANT_LABEL: str(participant_index)},
+        "ownerReferences": [run_owner(inputs)],
     }
+    group = pod_group(inputs)
+    if group is not None:
+        metadata["labels"][KUEUE_POD_GROUP_LABEL] = group[0]
+        metadata["annotations"] = {KUEUE_POD_GROUP_COUNT: str(group[1])}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
 MPI_NO_SHARED_TOPOLOGY: Final = ("OMPI_MCA_rtc_hwloc_vmhole", "none")
@@ -284,6 +305,7 @@ def mpijob(
     sshd: str = DEFAULT_SSHD,
     participant_index: int | None = None,
     worker_grace_seconds: int = WORKER_GRACE_SECONDS,
+    trusted: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One MPIJob. ``crossNode`` (``participant_index`` None): a launcher on a Node that is
     not under test (``off_nodes_under_test``; no Signal taint tolerated) and exactly one
@@ -338,7 +360,7 @@ def mpijob(
     launcher_container.pop("resources", None)
     launcher_spec = _pod_spec(inputs, launcher_container)
     if participant_index is None:
-        launcher_spec["affinity"] = off_nodes_under_test(nodes)
+        launcher_spec["affinity"] = off_nodes_under_test(nodes, trusted)
         launcher_spec["tolerations"] = [t for t in launcher_spec["tolerations"] if t["key"] != RESERVED_TAINT_KEY]
     else:
         launcher_spec["affinity"] = node_affinity(nodes)
@@ -377,6 +399,11 @@ def mpijob(
     }
 
 
-def mpijobs(inputs: Inputs, image: str, *, sshd: str = DEFAULT_SSHD) -> list[dict[str, Any]]:
-    """Every MPIJob of the check: one (crossNode) or one per participant (perNode)."""
-    return [mpijob(inputs, image, sshd=sshd, participant_index=index) for _, index in mpijob_names(inputs)]
+def mpijobs(
+    inputs: Inputs, image: str, *, sshd: str = DEFAULT_SSHD, trusted: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Every MPIJob of the check: one (crossNode, its launcher on a ``trusted`` Node when an
+    operator marked them) or one per participant (perNode)."""
+    return [
+        mpijob(inputs, image, sshd=sshd, participant_index=index, trusted=trusted) for _, index in mpijob_names(inputs)
+    ]

@@ -27,12 +27,12 @@ from controller import events, metrics
 from controller.evidence_adoption import adoption_problem
 from controller.manifests import owner_reference
 from controller.projection import detail, node_condition, projection_patch, recorded
-from controller.reassert import record_run
+from controller.reassert import read_record, record_run
 from controller.runview import ParticipantRef, RunView
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import AlreadyExists, Conflict, NotFound
-from shared import keys
+from shared import certified, keys
 from shared.acceptance import CheckInput, RunDecision, assess_check, decide, run_document
 from shared.conditions import set_condition
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, EvidenceError, config_map, decode_document
@@ -189,8 +189,17 @@ def _too_large(run: Obj, decision: RunDecision, why: str) -> RunDecision:
     )
 
 
-async def _project(ctx: Context, run: Obj, profile: str, participant: ParticipantRef, new: dict[str, str]) -> bool:
-    """Project one participant; False when a newer result is there (monotonic), or when the
+async def _project(
+    ctx: Context,
+    run: Obj,
+    profile: str,
+    participant: ParticipantRef,
+    new: dict[str, str],
+    on_record: certified.Entry | None,
+) -> bool:
+    """Project one participant; False when the profile's record holds another, newer Run's
+    result for it (``on_record``: the record is monotonic; the Node's own annotation, which its
+    kubelet can write, is never what decides), or when the
     Node of its name is no longer the participant (replaced since the decision: a new Node
     never carries the old one's result, not even until the next re-assertion). The label
     PATCH is conditioned on the resourceVersion of the Node read, the condition's on its uid."""
@@ -200,10 +209,11 @@ async def _project(ctx: Context, run: Obj, profile: str, participant: Participan
         node = await ctx.kube.get_or_none(path)
         if node is None or node["metadata"].get("uid") != participant.node_uid:
             return False
-        patch = projection_patch(node, profile, new)
+        patch = projection_patch(node, profile, new, on_record=on_record)
         if patch is None:
+            newer = on_record is not None and on_record.get("runUID") != new["runUID"]
             mine = (recorded(node, profile) or {}).get("runUID") == new["runUID"]
-            if not mine:
+            if newer or not mine:
                 return False
         else:
             try:
@@ -233,12 +243,13 @@ async def accept(ctx: Context, view: RunView, workflow: Obj | None, *, deadline_
     completed = view.completion_time or document["decidedAt"]
     profile = view.profile_name
     participants = {p.node_name: p for p in view.participants}
-    await record_run(ctx, run, document["nodes"], digest, completed)  # the authoritative record first
+    record = await record_run(ctx, run, document["nodes"], digest, completed)  # the authoritative record first
     projected = []
     for node_name, verdict in sorted(document["nodes"].items()):
         if node_name not in participants:  # never project a Node outside spec.participants
             continue
-        if await _project(ctx, run, profile, participants[node_name], detail(run, verdict, digest, completed)):
+        new = detail(run, verdict, digest, completed)
+        if await _project(ctx, run, profile, participants[node_name], new, (record or {}).get(node_name)):
             projected.append(node_name)
             await events.emit(
                 ctx,
@@ -305,8 +316,10 @@ async def _not_adopted(ctx: Context, view: RunView, rejection: NotAdopted) -> No
     EVIDENCE_REJECTED.inc()
     log.warning("run evidence not adopted", run=view.name, config_map=rejection.config_map, why=rejection.why)
     completed = view.completion_time or ctx.timestamp()
+    record = await read_record(ctx, view.profile_name) or {}
     for participant in view.participants:
-        await _project(ctx, run, view.profile_name, participant, detail(run, "Inconclusive", "", completed))
+        new = detail(run, "Inconclusive", "", completed)
+        await _project(ctx, run, view.profile_name, participant, new, record.get(participant.node_name))
     message = (
         f"{rejection}. Nothing was certified; inspect that ConfigMap (this Run's acceptance did not write it "
         "as it is), delete it, and release the Run (spec.release: true)"

@@ -21,6 +21,7 @@ from controller.manifests import (
     GROUP_HASH_LABEL,
     controlled_by,
     group_hash,
+    new_nonce,
     next_ordinal,
     run_manifest,
     run_name,
@@ -33,8 +34,8 @@ from controller.selection import Selection
 from controller.state import Context, log
 from controller.workqueue import TerminalError
 from kubeio.client import Obj, resource_path
-from kubeio.errors import AlreadyExists
-from shared import keys
+from kubeio.errors import AlreadyExists, Conflict, NotFound
+from shared import keys, snapshot
 from shared.conditions import set_condition
 from shared.digests import bundle_digest
 from shared.profile import CertificationProfile
@@ -64,6 +65,7 @@ async def admit(
         ghash=ghash,
         source_digest=digest,
         attempt=attempt,
+        snapshot_nonce=new_nonce(),
     )
     try:
         run = await ctx.kube.create(ctx.run_path(), body)
@@ -123,6 +125,11 @@ async def complete_admission(ctx: Context, run: RunView, source: Obj | None) -> 
 
 
 async def _ensure_snapshot(ctx: Context, run: RunView, source: Obj | None) -> None:
+    """The Run's snapshot exists and is the Run's own (``shared.snapshot.problem``: controlled
+    by the Run, immutable, its bytes the Run's source digest). One that is not is never
+    adopted: the Run's own (a bad copy) is deleted, uid-conditioned, and made again from the
+    verified source; anyone else's ends the admission (rolled back; the group's next Run gets a
+    fresh snapshot name, ``manifests.snapshot_name``)."""
     collection = resource_path("v1", "configmaps", ctx.namespace)
     if source is not None:
         # Admitting now: the snapshot is new unless this admission was interrupted and resumed,
@@ -132,14 +139,29 @@ async def _ensure_snapshot(ctx: Context, run: RunView, source: Obj | None) -> No
             return
     existing = await ctx.kube.get_or_none(f"{collection}/{run.snapshot}")
     if existing is not None:
-        owners = existing["metadata"].get("ownerReferences") or []
-        if not any(o.get("uid") == run.uid and o.get("controller") for o in owners):
-            raise AdmissionAborted(f"snapshot ConfigMap {run.snapshot} exists but is not owned by Run {run.name}")
-        return
+        why = snapshot.problem(existing, run.uid, run.source_digest)
+        if why is None:
+            return
+        if not controlled_by(existing, run.raw):
+            raise AdmissionAborted(
+                f"snapshot ConfigMap {ctx.namespace}/{run.snapshot} exists but is not Run {run.name}'s ({why}); "
+                "it is never adopted: the Run is rolled back and the group's next Run uses a fresh snapshot "
+                "name; find who created it"
+            )
+        log.warning("replacing a bad snapshot of the Run", run=run.name, snapshot=run.snapshot, problem=why)
+        with contextlib.suppress(NotFound, Conflict):
+            await ctx.kube.delete(f"{collection}/{run.snapshot}", uid=existing["metadata"]["uid"])
     if source is None:
         source = await _reverify_source(ctx, run)
-    with contextlib.suppress(AlreadyExists):
+    try:
         await ctx.kube.create(collection, snapshot_manifest(run.raw, source))
+    except AlreadyExists:
+        again = await ctx.kube.get_or_none(f"{collection}/{run.snapshot}")
+        why = "it is gone" if again is None else snapshot.problem(again, run.uid, run.source_digest)
+        if why is not None:
+            raise AdmissionAborted(
+                f"snapshot ConfigMap {ctx.namespace}/{run.snapshot} is not the Run's: {why}"
+            ) from None
 
 
 async def _reverify_source(ctx: Context, run: RunView) -> Obj:

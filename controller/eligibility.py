@@ -1,6 +1,6 @@
 """Whether one Node may join a group for a profile, and if not, why. Pure.
 
-A candidate is requested for this profile (``projectsignal.dev/certify=<profile>``), matches
+A candidate is requested for this profile (``node-restriction.kubernetes.io/signal.certify=<profile>``), matches
 the profile's selector, is Ready, is reserved by no Run (by label, or by a live group in the
 admission ledger), is not cordoned by someone else, carries the budget's topology label when
 the profile has a budget, carries no NoSchedule or NoExecute taint that a check of the

@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
+from controller.events import emit, node_ref
 from controller.nodes import NodeView
 from controller.reassert import record_of
 from controller.recordproof import proven
@@ -36,20 +37,38 @@ def _parse_time(value: str) -> datetime | None:
 def due_for_recertification(
     nodes: Iterable[NodeView], completed: Mapping[str, str], interval: timedelta, now: datetime
 ) -> list[str]:
-    """Nodes last certified by the profile more than ``interval`` ago that are free to be
-    requested again (not reserved, not cordoned by anyone, not already requested).
-    ``completed``: Node name -> completion time of its result in the profile's record
-    (shared/certified.py), never what a Node's own annotation claims."""
+    """Nodes last certified by the profile more than ``interval`` ago that are not reserved and
+    not already requested. ``completed``: Node name -> completion time of its result in the
+    profile's record (shared/certified.py), never what a Node's own annotation claims.
+
+    Only what a Node's kubelet cannot write keeps a Node from being re-requested: Signal's taint
+    (a reservation; NodeRestriction refuses a kubelet any change of its taints) and a request
+    label (``keys.CERTIFY_LABEL``, under the prefix NodeRestriction keeps from kubelets: an
+    operator's request stands). A reservation label without the taint, the old request label
+    and a cordon (``spec.unschedulable``, which the Node's kubelet can set) do not: a Node must
+    not be able to opt out of its own re-certification. The admission ledger's groups are
+    excluded by the caller (``recur``)."""
     due = []
     for node in nodes:
         when = completed.get(node.name)
         finished = _parse_time(when) if when else None
         if finished is None or now - finished < interval:
             continue
-        if node.reservation or node.signal_tainted or node.unschedulable or keys.CERTIFY_LABEL in node.labels:
+        if node.signal_tainted or keys.CERTIFY_LABEL in node.labels:
             continue
         due.append(node.name)
     return sorted(due)
+
+
+def legacy_requests(nodes: Iterable[NodeView], warned: Mapping[str, str]) -> list[NodeView]:
+    """Nodes carrying the old, kubelet-writable request label (``keys.LEGACY_CERTIFY_LABEL``)
+    that have not been warned of it for that value yet (``warned``: Node uid -> value)."""
+    found = []
+    for node in nodes:
+        value = node.labels.get(keys.LEGACY_CERTIFY_LABEL)
+        if value is not None and warned.get(node.uid) != value:
+            found.append(node)
+    return sorted(found, key=lambda n: n.name)
 
 
 def expired_runs(runs: Iterable[RunView], keep: dict[str, int], cited: frozenset[str] = frozenset()) -> list[RunView]:
@@ -102,12 +121,34 @@ async def recur(ctx: Context, profile: Obj) -> None:
             # A recorded Pass its Run's evidence does not prove is due now (issue 42).
             checked = await proven(ctx, name, n.name, entry)
             completed[n.name] = entry["completionTime"] if checked is entry else UNPROVEN_COMPLETION
-    for node_name in due_for_recertification(nodes, completed, interval, ctx.clock()):
+    due = due_for_recertification(nodes, completed, interval, ctx.clock())
+    held = (await ctx.read_ledger()).held_nodes() if due else set()
+    for node_name in due:
+        if node_name in held:
+            continue  # a group being admitted or certified (the ledger is the controller's own)
         view = ctx.node_map()[node_name]
         patch = {"metadata": {"resourceVersion": view.resource_version, "labels": {keys.CERTIFY_LABEL: name}}}
         with contextlib.suppress(Conflict, NotFound):
             await ctx.kube.merge_patch(resource_path("v1", "nodes", name=node_name), patch)
             log.info("node re-requested for recurring certification", node=node_name, profile=name)
+
+
+async def warn_legacy_requests(ctx: Context) -> None:
+    """A Warning Event on each Node that carries the old request label, once per value in this
+    process: it requests nothing (its own kubelet can write it), and the operator should know."""
+    for node in legacy_requests(ctx.nodes.items.values(), ctx.legacy_warned):
+        value = node.labels.get(keys.LEGACY_CERTIFY_LABEL, "")
+        await emit(
+            ctx,
+            node_ref(node.name),
+            "LegacyRequestIgnored",
+            f"Node {node.name} carries {keys.LEGACY_CERTIFY_LABEL}={value}, which requests nothing: the Node's "
+            f"own kubelet can write that label. To request certification, label it {keys.CERTIFY_LABEL}={value} "
+            f"(signalctl request {value} {node.name}) and remove the old label.",
+            warning=True,
+        )
+        ctx.legacy_warned[node.uid] = value
+        log.warning("ignored the old request label", node=node.name, profile=value)
 
 
 async def enforce_retention(ctx: Context) -> None:

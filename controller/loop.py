@@ -8,7 +8,9 @@ Isolation, per key:
 * a Conflict requeues promptly after a short, growing delay (never a hot loop);
 * any other error is logged once per streak (object and reason), counted in
   ``signal_reconcile_errors_total`` and retried with per-key exponential backoff and jitter,
-  honouring the server's Retry-After;
+  honouring the server's Retry-After; a Run's streak is also reported on the Run
+  (``ReconcileFailing``) and in Warning Events at its 1st, 2nd, 4th... failure
+  (controller/failing.py);
 * a structurally bad object (``TerminalError``, or an error that is not the API's that keeps
   recurring) is ended with a condition and an Event: a Run ``Inconclusive``, a profile
   ``Ready=False``; it is not retried until it changes;
@@ -30,15 +32,18 @@ from typing import Any
 
 from controller import metrics
 from controller.ending import end_profile, end_run
+from controller.expiry import expire_orphaned
+from controller.failing import CONDITION as FAILING
+from controller.failing import announce, recovered_conditions, report_failure
 from controller.ledger import LedgerError
-from controller.lifecycle import enforce_retention, recur
+from controller.lifecycle import enforce_retention, recur, warn_legacy_requests
 from controller.nodes import NodeView
 from controller.profiles import reconcile_profile
 from controller.reassert import reassert_projections
 from controller.recovery import each_pass, recover
 from controller.requeue import STALE_RECHECK, run_requeue, stale_after_own_write
 from controller.runs import reconcile_run
-from controller.runview import RunView
+from controller.runview import RunView, run_view
 from controller.state import Context, NotLeader, log
 from controller.workqueue import (
     Backoff,
@@ -184,7 +189,7 @@ class Controller:
         if key.kind is Kind.GROUPS:
             passes: list[Callable[[Context], Awaitable[object]]] = [recover, enforce_retention]
             if resync:  # Node projections from the profiles' records (issue 12; controller/reassert.py)
-                passes.append(reassert_projections)
+                passes += [reassert_projections, expire_orphaned, warn_legacy_requests]
             await each_pass(self.ctx, passes)
             self.refresh_metrics()
             return Done()
@@ -200,8 +205,11 @@ class Controller:
             if obj.problem is not None:
                 raise TerminalError("MalformedRun", f"Run {obj.namespace}/{obj.name} cannot be read: {obj.problem}")
             if stale_after_own_write(obj, self.ctx.written.get(key.name), monotonic()):
-                return RequeueAfter(STALE_RECHECK)
+                return RequeueAfter(STALE_RECHECK, progress=False)
             self.ctx.written.pop(key.name, None)
+            cleared = recovered_conditions(obj.conditions, obj.generation, self.ctx.clock())
+            if cleared is not None and not self.queue.failures(key):  # controller/failing.py
+                obj = run_view(await self.ctx.patch_run_status(obj.raw, {"conditions": cleared}))
             await reconcile_run(self.ctx, obj)
             return run_requeue(obj, self.ctx.clock())
         held = await reconcile_profile(self.ctx, obj, resync=resync)
@@ -239,11 +247,14 @@ class Controller:
         self._conflicts.pop(key, None)
         if result is None:
             return
-        if not isinstance(result, Terminal):
+        if not isinstance(result, Terminal) and not (isinstance(result, RequeueAfter) and not result.progress):
             self.queue.forget(key)
             if key in self._last_error:
                 bound.info("reconciled again after failures")
                 del self._last_error[key]
+                current = self._current(key)
+                if isinstance(current, RunView) and current.is_true(FAILING):
+                    self.queue.add(key)  # its next pass turns ReconcileFailing False
         match result:
             case Done():
                 metrics.RECONCILES.labels(key.kind.value, "done").inc()
@@ -267,12 +278,18 @@ class Controller:
                 bound.warning("reconcile failed; retrying with backoff", error=reason, failures=failures)
             else:
                 bound.warning("reconcile failed", error=reason, failures=failures, exc_info=exc)
+        if key.kind is Kind.RUN and announce(failures):
+            await self.report(key, failures, exc)
         if not isinstance(exc, ApiError) and key.kind is not Kind.GROUPS and failures >= MAX_FAILURES:
             return await self.end(key, "ReconcileFailed", f"failed {failures} times: {reason}")
         at_least = exc.retry_after if isinstance(exc, ApiError) and exc.retry_after else 0.0
         delay = self.queue.add_rate_limited(key, at_least=at_least)
         bound.debug("requeued", retry_in=round(delay, 3), failures=failures)
         return None
+
+    async def report(self, key: Key, failures: int, exc: BaseException) -> None:
+        """A Run's failure streak, on the Run and in an Event (controller/failing.py)."""
+        await report_failure(self.ctx, key.name, failures, exc)
 
     # -- ending a structurally bad object ------------------------------------------------
 

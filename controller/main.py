@@ -13,6 +13,7 @@ from controller.ledger import LedgerError
 from controller.loop import run_loop
 from controller.policy import require_policies
 from controller.probes import Probes
+from controller.sources import DEFAULT_SOURCE_NAMESPACES, parse_source_namespaces
 from controller.state import Context, NotLeader, log
 from kubeio.admission import PolicyNotInForce
 from kubeio.client import Kube
@@ -37,6 +38,7 @@ async def serve(args: argparse.Namespace) -> int:
         args.identity,
         profile_selector=args.profile_selector,
         workflow_instance_id=args.workflow_instance_id,
+        source_namespaces=parse_source_namespaces(args.source_namespaces),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -150,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-format", choices=["json", "console"], default="json")
     parser.add_argument(
         "--workflow-instance-id", default="", help="Argo instanceID to label Workflows with (when Argo uses one)"
+    )
+    parser.add_argument(
+        "--source-namespaces",
+        default=os.environ.get("SIGNAL_SOURCE_NAMESPACES", ",".join(DEFAULT_SOURCE_NAMESPACES)),
+        help="comma-separated namespaces (besides its own) that profile sources may come from; '*': any",
     )
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="serve /metrics, /healthz and /readyz here (0: off)"

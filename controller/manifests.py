@@ -9,11 +9,12 @@ after retention deleted the group's older Runs. Children are named after their R
 import hashlib
 import json
 import math
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from controller.nodes import RESERVED_TAINT_KEY, NodeView
-from shared import keys
+from shared import keys, snapshot
 from shared.durations import parse_duration
 from shared.profile import CertificationProfile
 
@@ -51,8 +52,16 @@ def next_ordinal(profile: str, ghash: str, names: Iterable[str]) -> int:
     return 1 + max(ordinals, default=0)
 
 
-def snapshot_name(run: str) -> str:
-    return f"{run}-scripts"
+def snapshot_name(run: str, nonce: str = "") -> str:
+    """``<run>-scripts-<nonce>``: a fresh ``nonce`` for each Run (``new_nonce``), so that a
+    ConfigMap squatting a group's snapshot name can block at most the Run it was made for
+    (rolled back), never the group's next admission, whose Run gets another name."""
+    return f"{run}-scripts-{nonce}" if nonce else f"{run}-scripts"
+
+
+def new_nonce() -> str:
+    """Eight random hex digits for a Run's snapshot name."""
+    return secrets.token_hex(4)
 
 
 def suite_deadline_seconds(profile: CertificationProfile) -> int:
@@ -91,6 +100,7 @@ def run_manifest(
     ghash: str,
     source_digest: str,
     attempt: int = 1,
+    snapshot_nonce: str = "",
 ) -> dict[str, Any]:
     participants = [
         {
@@ -117,7 +127,7 @@ def run_manifest(
                 "generation": profile.metadata.generation or 1,
             },
             "checks": [c.to_wire() for c in profile.spec.checks],
-            "source": {"digest": source_digest, "snapshotConfigMap": snapshot_name(name)},
+            "source": {"digest": source_digest, "snapshotConfigMap": snapshot_name(name, snapshot_nonce)},
             "participants": participants,
             "suiteDeadlineSeconds": suite_deadline_seconds(profile),
             "attempt": attempt,
@@ -131,9 +141,13 @@ def snapshot_manifest(run: Mapping[str, Any], source: Mapping[str, Any]) -> dict
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": snapshot_name(run["metadata"]["name"]),
+            "name": run["spec"]["source"]["snapshotConfigMap"],
             "namespace": run["metadata"]["namespace"],
-            "labels": {keys.RUN_NAME_LABEL: run["metadata"]["name"], keys.RUN_UID_LABEL: run["metadata"]["uid"]},
+            "labels": {
+                keys.RUN_NAME_LABEL: run["metadata"]["name"],
+                keys.RUN_UID_LABEL: run["metadata"]["uid"],
+                keys.COMPONENT_LABEL: snapshot.COMPONENT,
+            },
             "ownerReferences": [owner_reference(run)],
         },
         "immutable": True,
@@ -217,13 +231,16 @@ def reservation_patch(node: Mapping[str, Any], run: Mapping[str, Any], index: in
 
 
 def release_patch(
-    node: Mapping[str, Any], run_uid: str, *, restore_request: bool = False, next_attempt: int | None = None
+    node: Mapping[str, Any], run_uid: str, *, restore_request: str | None = None, next_attempt: int | None = None
 ) -> dict[str, Any] | None:
     """Merge patch removing a Run's reservation, or None when the Node is not held by it.
     Only Signal's own taint is removed: an operator's cordon (spec.unschedulable) stays.
-    ``restore_request`` (rollback of an admission that never completed, or a retry) gives the
-    Node its certification request back, unless it carries a newer one; ``next_attempt``
-    (a retry) records the attempt number the next admission of that request takes."""
+    ``restore_request`` (rollback of an admission that never completed, or a retry) is the
+    profile whose certification request the Node gets back, unless it carries a newer one: the
+    Run's profile (or its ledger group's), never the profile the reservation annotation names,
+    which the Node's own kubelet can rewrite (the request label is one a kubelet cannot write,
+    and a release must not write it on a kubelet's word). ``next_attempt`` (a retry) records the
+    attempt number the next admission of that request takes."""
     labels = node.get("metadata", {}).get("labels") or {}
     taints = node.get("spec", {}).get("taints") or []
     ours = labels.get(keys.RESERVED_BY_LABEL) == run_uid
@@ -237,13 +254,14 @@ def release_patch(
         patch["metadata"]["annotations"] = {keys.RESERVATION_ANNOTATION: None}
         annotations = node.get("metadata", {}).get("annotations") or {}
         detail = _detail_of(annotations.get(keys.RESERVATION_ANNOTATION, ""))
-        request = str(detail.get("request", ""))
-        if restore_request and request and keys.CERTIFY_LABEL not in labels:
+        request = restore_request
+        if request and keys.CERTIFY_LABEL not in labels:
             patch["metadata"]["labels"][keys.CERTIFY_LABEL] = request
+            attempt = detail.get("nextAttempt")
             if next_attempt is not None:
                 patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = f"{request}:{next_attempt}"
-            elif isinstance(detail.get("nextAttempt"), str):
-                patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = detail["nextAttempt"]
+            elif isinstance(attempt, str) and attempt.startswith(f"{request}:"):
+                patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = attempt
     patch["spec"] = {"taints": remaining or None}
     return patch
 

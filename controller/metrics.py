@@ -47,6 +47,12 @@ INFORMER_SYNCED = Gauge(
     "signal_informer_synced", "1 while a cache follows the API server", ["resource"], registry=REGISTRY
 )
 QUEUE_DEPTH = Gauge("signal_workqueue_depth", "Keys waiting to be reconciled now", registry=REGISTRY)
+CERTIFICATION_EXPIRED = Counter(
+    "signal_certification_expired",
+    "Node results set to Stale: freshness window passed, suite changed, or profile deleted",
+    ["reason"],
+    registry=REGISTRY,
+)
 PROJECTION_TAMPERED = Counter(
     "signal_projection_tampered",
     "Node projections that differed from the profile's record and were re-asserted",

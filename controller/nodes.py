@@ -63,6 +63,13 @@ class NodeView:
     def signal_tainted(self) -> bool:
         return self.signal_taint_uid is not None
 
+    @property
+    def stray_reservation(self) -> str | None:
+        """The Run uid of a reservation label that Signal's taint does not back (written by the
+        Node's kubelet, or by someone else): it reserves nothing and is removed by recovery."""
+        uid = self.labels.get(keys.RESERVED_BY_LABEL)
+        return uid if uid and self.reservation is None else None
+
 
 def _resources(raw: Mapping[str, Any]) -> dict[str, int]:
     return dict(_parsed_resources(tuple((str(name), str(value)) for name, value in raw.items())))
@@ -82,9 +89,15 @@ def _parsed_resources(raw: tuple[tuple[str, str], ...]) -> tuple[tuple[str, int]
     return tuple(parsed)
 
 
-def parse_reservation(labels: Mapping[str, str], annotations: Mapping[str, str]) -> Reservation | None:
+def parse_reservation(
+    labels: Mapping[str, str], annotations: Mapping[str, str], taint_uid: str | None
+) -> Reservation | None:
+    """The Node's reservation: the reservation label AND Signal's taint naming the same Run.
+    The label and annotation are the Node's own kubelet's to write; the taint is not
+    (NodeRestriction refuses a kubelet any change of its taints). A label without that taint
+    reserves nothing (``stray_reservation`` tells it apart, for orphan recovery)."""
     uid = labels.get(keys.RESERVED_BY_LABEL)
-    if not uid:
+    if not uid or uid != taint_uid:
         return None
     try:
         detail = json.loads(annotations.get(keys.RESERVATION_ANNOTATION, "{}"))
@@ -114,6 +127,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     annotations = meta.get("annotations") or {}
     taints = spec.get("taints") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    taint_uid = next((str(t.get("value", "")) for t in taints if t.get("key") == RESERVED_TAINT_KEY), None)
     foreign_cordon = bool(spec.get("unschedulable")) or any(t.get("key") == UNSCHEDULABLE_TAINT_KEY for t in taints)
     return NodeView(
         # Interned: every cached Run that names the Node shares these (controller/runview.py).
@@ -126,8 +140,8 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         allocatable=_resources(status.get("allocatable") or {}),
         capacity_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("capacity") or {}).items()},
         allocatable_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("allocatable") or {}).items()},
-        reservation=parse_reservation(labels, annotations),
-        signal_taint_uid=next((str(t.get("value", "")) for t in taints if t.get("key") == RESERVED_TAINT_KEY), None),
+        reservation=parse_reservation(labels, annotations, taint_uid),
+        signal_taint_uid=taint_uid,
         next_attempt=_next_attempt(str(annotations.get(keys.ATTEMPT_ANNOTATION) or "")),
         completed=_completed(annotations),
         projection=node_copy(node),

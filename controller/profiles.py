@@ -25,11 +25,13 @@ from pydantic import ValidationError
 
 from controller import metrics
 from controller.admission import admit
+from controller.prerequisites import NOT_INSTALLED_REASON, RECHECK_SECONDS, missing_mpijob_api, mpijob_checks
 from controller.reservations import AdmissionAborted
 from controller.selection import Selection, Shortfall, select_participants
-from controller.sources import SourceCheck, verify_source
+from controller.sources import SourceCheck, source_namespace_refused, verify_source
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
+from kubeio.discovery import served
 from shared import keys
 from shared.conditions import condition, set_condition
 from shared.profile import CertificationProfile
@@ -109,13 +111,22 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
         # so the reads that would only feed it are held back with it (the key comes back).
         return wait
     ref = profile.spec.source
-    # Both uncached reads at once (one round trip less before an admission's first write); the
-    # ledger read is used only when the source verifies.
-    source, ledger = await asyncio.gather(
-        ctx.kube.get_or_none(resource_path("v1", "configmaps", ref.namespace, ref.name)), ctx.read_ledger()
+    refused = source_namespace_refused(profile, ctx.namespace, ctx.source_namespaces)
+    if refused is not None:  # nothing is read from a namespace sources may not come from
+        return await _set_status(ctx, raw, refused, None)
+    # The uncached reads at once (one round trip less before an admission's first write); the
+    # ledger read is used only when the source verifies. A profile with an MPIJob check also
+    # asks discovery whether MPIJobs are served (controller/prerequisites.py).
+    mpijobs = served(ctx.kube, keys.MPIJOB_API_VERSION, keys.MPIJOB_PLURAL) if mpijob_checks(profile) else _not_asked()
+    source, ledger, mpijobs_served = await asyncio.gather(
+        ctx.kube.get_or_none(resource_path("v1", "configmaps", ref.namespace, ref.name)), ctx.read_ledger(), mpijobs
     )
     check = verify_source(profile, source)
+    missing = missing_mpijob_api(profile, mpijobs_served)
     shortfall: Shortfall | None = None
+    if missing is not None:
+        held = await _set_status(ctx, raw, check, None, missing=missing)
+        return RECHECK_SECONDS if held is None else min(held, RECHECK_SECONDS)
     if check.ok and source is not None:
         result = select_participants(
             ctx.nodes.items.values(),
@@ -142,7 +153,13 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
     return await _set_status(ctx, raw, check, shortfall)
 
 
-async def _set_status(ctx: Context, raw: Obj, check: SourceCheck, shortfall: Shortfall | None) -> float | None:
+async def _not_asked() -> bool | None:
+    return None
+
+
+async def _set_status(
+    ctx: Context, raw: Obj, check: SourceCheck, shortfall: Shortfall | None, *, missing: str | None = None
+) -> float | None:
     status = raw.get("status") or {}
     generation = raw["metadata"].get("generation")
     now: datetime = ctx.clock()
@@ -156,7 +173,17 @@ async def _set_status(ctx: Context, raw: Obj, check: SourceCheck, shortfall: Sho
         now=now,
     )
     updated: dict[str, Any] = {"observedGeneration": generation, "conditions": conditions}
-    if shortfall is not None:
+    if missing is not None and check.ok:
+        updated["conditions"] = set_condition(
+            conditions,
+            type_="Admissible",
+            status=False,
+            reason=NOT_INSTALLED_REASON,
+            message=missing,
+            generation=generation,
+            now=now,
+        )
+    elif shortfall is not None:
         updated["conditions"] = set_condition(
             conditions,
             type_="Admissible",

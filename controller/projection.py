@@ -59,12 +59,16 @@ def supersedes(new: dict[str, str], old: dict[str, str] | None) -> bool:
     return new["runCreated"] > old_created
 
 
-def projection_patch(node: Obj, profile: str, new: dict[str, str]) -> Obj | None:
+def projection_patch(
+    node: Obj, profile: str, new: dict[str, str], *, on_record: Mapping[str, str] | None = None
+) -> Obj | None:
     """Merge patch (conditioned on the Node's resourceVersion) projecting ``new``, or None
-    when the Node already carries it or a newer result."""
+    when the Node already carries it, or when the profile's record (``on_record``: its entry
+    for this Node, which the record keeps monotonic) holds another Run's result. The Node's own
+    annotation is never compared with: its kubelet can write it (a far-future ``runCreated``
+    would otherwise hold a real result off until the next re-assertion)."""
     key = keys.certified_label(profile)
-    old = recorded(node, profile)
-    if not supersedes(new, old):
+    if on_record is not None and on_record.get("runUID") != new["runUID"] and not supersedes(new, dict(on_record)):
         return None
     labels = node.get("metadata", {}).get("labels") or {}
     encoded = json.dumps(new, sort_keys=True, separators=(",", ":"))
@@ -130,26 +134,39 @@ def node_copy(node: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
-def expected_copy(profile: str, entry: dict[str, str] | None) -> dict[str, str | None]:
-    """What a Node must carry for ``profile`` given its record entry (None: nothing)."""
+STALE = certified.STALE
+
+
+def stale_condition(profile: str, shown: dict[str, str], why: str) -> Obj:
+    """The Node condition of a result that expired: False, reason ``Stale``, and why."""
+    condition = node_condition(profile, shown)
+    return condition | {"status": "False", "reason": STALE, "message": f"{why}; was: {condition['message']}"[:1000]}
+
+
+def expected_copy(profile: str, entry: dict[str, str] | None, stale: str | None = None) -> dict[str, str | None]:
+    """What a Node must carry for ``profile`` given its record entry (None: nothing); ``stale``:
+    why the entry proves nothing current any more (its labels then say ``Stale``)."""
     key, trusted = keys.certified_label(profile), certified.trusted_label(profile)
     if entry is None:
         return {LABEL + key: None, LABEL + trusted: None, ANNOTATION + key: None, CONDITION + key: None}
     shown = {k: v for k, v in entry.items() if k != "nodeUID"}
+    shown_condition = node_condition(profile, shown) if stale is None else stale_condition(profile, shown, stale)
+    value = entry["verdict"] if stale is None else STALE
     return {
-        LABEL + key: entry["verdict"],
-        LABEL + trusted: entry["verdict"],
+        LABEL + key: value,
+        LABEL + trusted: value,
         ANNOTATION + key: _encoded(shown),
-        CONDITION + key: _condition_signature(node_condition(profile, shown)),
+        CONDITION + key: _condition_signature(shown_condition),
     }
 
 
 def reassert_patches(
-    profile: str, entry: dict[str, str] | None, copy: dict[str, str], resource_version: str
+    profile: str, entry: dict[str, str] | None, copy: dict[str, str], resource_version: str, stale: str | None = None
 ) -> tuple[Obj | None, Obj | None, list[str]]:
     """(metadata merge patch, status strategic patch, what differed) making a Node's copy of
-    ``profile`` equal its record entry; (None, None, []) when it already is."""
-    expected = expected_copy(profile, entry)
+    ``profile`` equal its record entry (``stale``: as expected_copy); (None, None, []) when it
+    already is."""
+    expected = expected_copy(profile, entry, stale)
     differs = sorted(k for k, v in expected.items() if copy.get(k) != v)
     if not differs:
         return None, None, []
@@ -169,5 +186,6 @@ def reassert_patches(
             status = {"status": {"conditions": [{"type": key, "$patch": "delete"}]}}
         else:
             shown = {k: v for k, v in entry.items() if k != "nodeUID"}
-            status = {"status": {"conditions": [node_condition(profile, shown)]}}
+            condition = node_condition(profile, shown) if stale is None else stale_condition(profile, shown, stale)
+            status = {"status": {"conditions": [condition]}}
     return meta, status, differs

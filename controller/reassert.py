@@ -11,7 +11,9 @@ of it.
   conditioned on the Node's resourceVersion, with a Warning Event ``ProjectionTampered`` on the
   Node and ``signal_projection_tampered_total{profile}``. A Node with no entry (or replaced:
   another uid) carries no result at all. A difference is judged against the record read afresh
-  (the cached profile can lag the Node: ``_read_record``).
+  (the cached profile can lag the Node: ``read_record``). A result that expired (its freshness
+  window passed, or the profile's suite changed: controller/expiry.py) is expected as ``Stale``;
+  moving a faithful copy there is a ``CertificationExpired`` Event, not tampering.
 
 A record the controller cannot decode is treated as empty (fail closed: no Node keeps a
 result from it) and logged. A ``Pass`` entry is projected only when the Run evidence it cites
@@ -22,6 +24,7 @@ import contextlib
 from collections.abc import Mapping
 
 from controller import events, metrics
+from controller.expiry import stale_reason
 from controller.projection import reassert_patches, record_entry
 from controller.recordproof import proven
 from controller.state import Context, log
@@ -58,18 +61,21 @@ def run_entries(run: Obj, node_verdicts: Mapping[str, str], digest: str, complet
     }
 
 
-async def record_run(ctx: Context, run: Obj, node_verdicts: Mapping[str, str], digest: str, completed: str) -> None:
-    """Merge a finished Run's results into its profile's record (safe to repeat)."""
+async def record_run(
+    ctx: Context, run: Obj, node_verdicts: Mapping[str, str], digest: str, completed: str
+) -> dict[str, certified.Entry] | None:
+    """Merge a finished Run's results into its profile's record (safe to repeat); the record as
+    it stands afterwards (None when the profile is gone), which projection is decided against."""
     name = run["spec"]["profile"]["name"]
     entries = run_entries(run, node_verdicts, digest, completed)
     for _ in range(RECORD_ATTEMPTS):
         profile = await ctx.kube.get_or_none(profile_path(name))
         if profile is None:
             log.warning("profile gone; the Run's results are kept only in its evidence", run=run["metadata"]["name"])
-            return
+            return None
         merged = certified.with_run(record_of(profile), entries)
         if merged is None:
-            return
+            return record_of(profile)
         meta = profile["metadata"]
         patch = {
             "metadata": {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]},
@@ -77,7 +83,7 @@ async def record_run(ctx: Context, run: Obj, node_verdicts: Mapping[str, str], d
         }
         try:
             await ctx.kube.merge_patch(profile_path(name, "status"), patch)
-            return
+            return merged
         except Conflict:
             continue
     raise Conflict(
@@ -85,7 +91,7 @@ async def record_run(ctx: Context, run: Obj, node_verdicts: Mapping[str, str], d
     )
 
 
-async def _read_record(ctx: Context, profile: str) -> dict[str, certified.Entry] | None:
+async def read_record(ctx: Context, profile: str) -> dict[str, certified.Entry] | None:
     """The profile's record as the API server has it now (None: the profile is gone).
 
     The cached profile can lag the cached Node: a Run's result is recorded before it is
@@ -99,27 +105,54 @@ async def _read_record(ctx: Context, profile: str) -> dict[str, certified.Entry]
     return None if profile_obj is None else record_of(profile_obj)
 
 
+async def _expire(ctx: Context, node: str, profile: str, meta: Obj | None, status: Obj | None, why: str) -> bool:
+    """Write a result's move to ``Stale`` (controller/expiry.py); False when the Node changed."""
+    path = resource_path("v1", "nodes", name=node)
+    try:
+        if meta is not None:
+            await ctx.kube.merge_patch(path, meta)
+        if status is not None:
+            await ctx.kube.strategic_patch(f"{path}/status", status)
+    except (Conflict, NotFound):  # changed meanwhile: the next resync looks again
+        return False
+    metrics.CERTIFICATION_EXPIRED.labels(why.split(":", 1)[0]).inc()
+    log.info("result marked Stale", node=node, profile=profile, why=why)
+    message = f"{profile}: {why}; labels set to Stale until the Node is certified again"
+    await events.emit(ctx, events.node_ref(node), "CertificationExpired", message[:1000])
+    return True
+
+
 async def reassert_projections(ctx: Context) -> int:
     """Make every Node's copy of each served profile equal its record; the number corrected."""
     corrected = 0
     profiles = sorted(ctx.profiles.items.values(), key=lambda p: p["metadata"]["name"])
     records = {p["metadata"]["name"]: record_of(p) for p in profiles}
     read: set[str] = set()
-    # Every Node is seen as the cache had it here, before any read below (see _read_record).
+    # Every Node is seen as the cache had it here, before any read below (see read_record).
+    specs = {p["metadata"]["name"]: p.get("spec") or {} for p in profiles}
+    now = ctx.clock()
     for node in sorted(ctx.nodes.items.values(), key=lambda n: n.name):
         for profile in list(records):
             entry = await proven(ctx, profile, node.name, certified.current(records[profile], node.name, node.uid))
-            meta, status, differs = reassert_patches(profile, entry, dict(node.projection), node.resource_version)
+            stale = stale_reason(specs[profile], entry, now)
+            copy = dict(node.projection)
+            meta, status, differs = reassert_patches(profile, entry, copy, node.resource_version, stale)
             if differs and profile not in read:
                 read.add(profile)
-                fresh = await _read_record(ctx, profile)
+                fresh = await read_record(ctx, profile)
                 if fresh is None:
                     del records[profile]
                     continue
                 records[profile] = fresh
                 entry = await proven(ctx, profile, node.name, certified.current(fresh, node.name, node.uid))
-                meta, status, differs = reassert_patches(profile, entry, dict(node.projection), node.resource_version)
+                stale = stale_reason(specs[profile], entry, now)
+                meta, status, differs = reassert_patches(profile, entry, copy, node.resource_version, stale)
             if not differs:
+                continue
+            if stale is not None and entry is not None and not reassert_patches(profile, entry, copy, "")[2]:
+                # The Node carried the record's result as it was: it expired, nobody tampered.
+                if await _expire(ctx, node.name, profile, meta, status, stale):
+                    corrected += 1
                 continue
             path = resource_path("v1", "nodes", name=node.name)
             with contextlib.suppress(Conflict, NotFound):  # changed meanwhile: the next resync looks again

@@ -53,21 +53,36 @@ def _failed(failures: list[Exception], exc: Exception, what: str) -> None:
 
 
 async def _release_orphaned_nodes(ctx: Context, failures: list[Exception]) -> int:
+    """Release each Node held by Signal's taint for a Run of this installation that does not
+    exist, and remove each reservation label that Signal's taint does not back (its kubelet's
+    or anyone's: it reserves nothing, and must not keep the Node from recurrence or requests).
+    A Node whose request is given back gets the profile of its Run's ledger group, never the one
+    its reservation annotation names (the kubelet's to write)."""
     repairs = 0
     live_uids = {r.uid for r in ctx.runs.items.values()}
+    ledger = None
     for node in list(ctx.nodes.items.values()):
+        stray = node.stray_reservation
         held = node.reservation
         uid = held.run_uid if held else node.signal_taint_uid
-        if uid is None and not node.signal_tainted:
+        if uid is None and stray is None:
             continue
-        if uid in live_uids or (held and held.run_namespace and held.run_namespace != ctx.namespace):
-            continue  # live, or held by another installation of Signal (another namespace)
         try:
+            if uid is None and stray is not None:
+                log.warning("removing a reservation label without Signal's taint", node=node.name, label_uid=stray)
+                await release_node(ctx, node.name, stray)
+                repairs += 1
+                continue
+            if uid in live_uids or (held and held.run_namespace and held.run_namespace != ctx.namespace):
+                continue  # live, or held (by the taint) by another installation of Signal
             actual = await _run_uid(ctx, held.run_name, held.run_namespace) if held and held.run_name else None
             if uid is not None and actual == uid:
                 continue
-            log.warning("releasing orphaned reservation", node=node.name, run_uid=uid)
-            await release_node(ctx, node.name, uid or node.signal_taint_uid or "", restore_request=True)
+            ledger = ledger or await ctx.read_ledger()
+            group = ledger.groups.get(held.run_name) if held else None
+            request = group.profile if group is not None and node.name in group.nodes else None
+            log.warning("releasing orphaned reservation", node=node.name, run_uid=uid, restored_request=request)
+            await release_node(ctx, node.name, uid or "", restore_request=request)
             repairs += 1
         except Exception as exc:
             _failed(failures, exc, f"the orphaned reservation of Node {node.name}")

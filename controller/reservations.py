@@ -117,14 +117,17 @@ async def release_nodes(
     tried even when another fails; then the first failure is raised)."""
 
     def call(name: str) -> Callable[[], Awaitable[None]]:
-        return lambda: release_node(ctx, name, run.uid, restore_request=restore_request, next_attempt=next_attempt)
+        request = run.profile_name if restore_request else None
+        return lambda: release_node(ctx, name, run.uid, restore_request=request, next_attempt=next_attempt)
 
     await each_node([call(p.node_name) for p in run.participants], stop_at_first_error=False)
 
 
 async def release_node(
-    ctx: Context, name: str, run_uid: str, *, restore_request: bool = False, next_attempt: int | None = None
+    ctx: Context, name: str, run_uid: str, *, restore_request: str | None = None, next_attempt: int | None = None
 ) -> None:
+    """Remove Run ``run_uid``'s reservation from Node ``name``; ``restore_request``: the profile
+    whose request the Node gets back (manifests.release_patch)."""
     for _ in range(NODE_PATCH_ATTEMPTS):
         node = await ctx.kube.get_or_none(_node_path(name))
         if node is None:

@@ -24,9 +24,11 @@ from controller.reservations import AdmissionAborted, release_nodes
 from controller.runview import RunView, run_view
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
+from kubeio.discovery import list_if_served
 from kubeio.errors import Conflict, NotFound
 from shared import keys
 from shared.conditions import set_condition
+from shared.ownership import made_for_run
 from shared.run import Phase
 
 
@@ -98,13 +100,21 @@ async def _workflow_gone(ctx: Context, run: RunView) -> None:
 
 
 async def _backend_workloads(ctx: Context, run: RunView) -> list[str]:
-    """Every Pod and MPIJob labelled with the Run's uid, as ``Kind/name`` (uncached reads)."""
+    """Every Pod and MPIJob labelled with the Run's uid, as ``Kind/name`` (uncached reads).
+    MPIJobs are listed only for a Run with a check that is not a Pod check, and a cluster
+    that does not serve MPIJobs at all (no MPI operator: discovery confirms the list's 404,
+    kubeio/discovery.py) has none; any other failure is raised (never read as "none left")."""
     selector = f"{keys.RUN_UID_LABEL}={run.uid}"
     found = []
     pods = await ctx.kube.get(resource_path("v1", "pods", ctx.namespace), labelSelector=selector)
-    found += [f"Pod/{p['metadata']['name']}" for p in pods.get("items", [])]
-    jobs = await ctx.kube.get(resource_path("kubeflow.org/v2beta1", "mpijobs", ctx.namespace), labelSelector=selector)
-    found += [f"MPIJob/{j['metadata']['name']}" for j in jobs.get("items", [])]
+    # Only what Signal made (shared.ownership): a kubelet's mirror Pod with the Run's labels
+    # would otherwise hold the Run's end back for ever.
+    found += [f"Pod/{p['metadata']['name']}" for p in pods.get("items", []) if made_for_run(p, run.uid)]
+    if run.may_have_mpijobs:
+        jobs = await list_if_served(
+            ctx.kube, keys.MPIJOB_API_VERSION, keys.MPIJOB_PLURAL, ctx.namespace, labelSelector=selector
+        )
+        found += [f"MPIJob/{j['metadata']['name']}" for j in jobs if made_for_run(j, run.uid)]
     return found
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from shared.run import TERMINAL_PHASES, Phase
+from shared.run import TERMINAL_PHASES, Phase, may_have_mpijobs
 
 Obj = dict[str, Any]
 
@@ -51,6 +51,9 @@ class RunView:
     participants: tuple[ParticipantRef, ...]
     """In index order."""
     check_names: tuple[str, ...]
+    may_have_mpijobs: bool
+    """Unless every check is a Pod check (shared/run.may_have_mpijobs): then the Run's backend
+    workloads are listed without MPIJobs, and a cluster without the MPIJob CRD serves it."""
     source_digest: str
     snapshot: str
     """The Run-owned snapshot ConfigMap of its source."""
@@ -202,6 +205,7 @@ def run_view(obj: Mapping[str, Any]) -> RunView:
         profile_uid=str(profile.get("uid") or ""),
         participants=_participants(spec.get("participants"), problems),
         check_names=_check_names(spec.get("checks"), problems),
+        may_have_mpijobs=may_have_mpijobs(spec.get("checks")),
         source_digest=str(source.get("digest") or ""),
         snapshot=str(source.get("snapshotConfigMap") or ""),
         attempt=_int(spec.get("attempt"), "spec.attempt", problems, 1) or 1,

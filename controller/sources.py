@@ -19,6 +19,36 @@ class SourceCheck:
     digest: str = ""
 
 
+ANY_NAMESPACE = "*"
+"""In ``--source-namespaces``: sources may live in any namespace (the controller then reads, and
+copies into its snapshots, any ConfigMap a profile author names)."""
+DEFAULT_SOURCE_NAMESPACES = ("signal-scripts",)
+
+
+def parse_source_namespaces(text: str) -> tuple[str, ...]:
+    """``--source-namespaces``: a comma-separated list (``*``: any namespace)."""
+    return tuple(sorted({part.strip() for part in text.split(",") if part.strip()}))
+
+
+def source_namespace_refused(profile: CertificationProfile, own: str, allowed: tuple[str, ...]) -> SourceCheck | None:
+    """Whether the profile's source lies outside the namespaces sources may come from (the
+    controller's own and ``allowed``): the controller reads a source with its cluster-wide
+    ConfigMap read and copies it into the Run's snapshot, so without this a profile author (who
+    need not read ConfigMaps anywhere) could learn whether any ConfigMap of any namespace exists,
+    is immutable and holds a key, and have its content copied where the adapter reads it. The
+    refusal names the namespace only: nothing is read."""
+    namespace = profile.spec.source.namespace
+    if ANY_NAMESPACE in allowed or namespace == own or namespace in allowed:
+        return None
+    listed = ", ".join(sorted({own, *allowed}))
+    return SourceCheck(
+        False,
+        "SourceNamespaceNotAllowed",
+        f"sources are read only from the namespaces {listed}; namespace {namespace} is not one of them. Put the "
+        "ConfigMap there, or add the namespace to the controller's --source-namespaces",
+    )
+
+
 def verify_source(profile: CertificationProfile, config_map: Mapping[str, Any] | None) -> SourceCheck:
     source = profile.spec.source
     where = f"ConfigMap {source.namespace}/{source.name}"

@@ -78,6 +78,11 @@ class Context:
     profile_admitted: dict[str, float] = field(default_factory=dict)
     """Profile name -> monotonic time of this controller's last admission for it (progress-only
     status writes wait after it too: controller/profiles.py)."""
+    source_namespaces: tuple[str, ...] = ()
+    """Namespaces besides its own that profile sources may come from (``*``: any;
+    controller/sources.py)."""
+    legacy_warned: dict[str, str] = field(default_factory=dict)
+    """Node uid -> the old request label's value it was warned of (controller/lifecycle.py)."""
     profile_status_owed: set[str] = field(default_factory=set)
     """Profiles that admitted a group since their status was last decided: their next pass
     writes the status of what is left (controller/profiles.py)."""

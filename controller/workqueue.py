@@ -36,9 +36,12 @@ class Done:
 
 @dataclass(frozen=True)
 class RequeueAfter:
-    """Look again after ``seconds`` (waiting for time, never a sleep inside reconcile)."""
+    """Look again after ``seconds`` (waiting for time, never a sleep inside reconcile).
+    ``progress`` False: nothing was reconciled (the cache was behind the controller's own
+    write), so a failure streak of the key goes on (its backoff and count are kept)."""
 
     seconds: float
+    progress: bool = True
 
 
 @dataclass(frozen=True)

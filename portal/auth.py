@@ -10,7 +10,8 @@ have no result of (``list certificationprofiles.projectsignal.dev``).
 
 Answers are cached briefly (``ttl``) in bounded LRU caches, by a hash of the token and by
 (user, question). Failed authentications are rate-limited per client address
-(``FailureLimiter``): once an address has spent its budget, a token the portal has not seen
+(``FailureLimiter``; also per network and for all callers together, so rotating addresses
+resets nothing): once an address has spent its budget, a token the portal has not seen
 gets 429 without a TokenReview, so garbage tokens cannot flood the API server (a token the API
 server accepted within the last hour is exempt: an authenticated session is never locked out
 by someone else's garbage). ``none``: every request sees
@@ -19,6 +20,7 @@ everything (local use only). The portal's own identity creates these reviews and
 
 import asyncio
 import hashlib
+import ipaddress
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -109,9 +111,27 @@ class Lru(Generic[K, V]):
             self._items.popitem(last=False)
 
 
+def network_of(remote: str) -> str:
+    """The network a client address belongs to for rate limiting: its IPv4 /24 or IPv6 /64 (an
+    attacker rotates addresses within what it holds); anything else stands for itself."""
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return remote
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    prefix = 24 if address.version == 4 else 64
+    return str(ipaddress.ip_network(f"{address}/{prefix}", strict=False))
+
+
 class FailureLimiter:
-    """A token bucket of failed authentications per client address: ``burst`` failures at
-    once, refilled at ``per_second``; at most ``max_addresses`` buckets (LRU)."""
+    """Token buckets of failed authentications: per client address (``burst`` failures at once,
+    refilled at ``per_second``), per network of addresses (``network_factor`` times that:
+    network_of) and one for all callers together (``global_factor`` times that). A failure
+    spends from all three and any empty one refuses, so rotating addresses (or networks) does
+    not reset the budget, and the TokenReviews garbage can cause are bounded whatever the number
+    of addresses. At most ``max_addresses`` address and network buckets are kept (LRU); the
+    global one is never evicted."""
 
     def __init__(
         self,
@@ -119,27 +139,43 @@ class FailureLimiter:
         burst: float = 20,
         per_second: float = 1.0,
         max_addresses: int = 10000,
+        network_factor: float = 4,
+        global_factor: float = 20,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.burst, self.per_second, self.clock = burst, per_second, clock
-        self._buckets: Lru[str, tuple[float, float]] = Lru(max_addresses, clock)
+        self.factors = {"addr": 1.0, "net": network_factor, "all": global_factor}
+        self._buckets: Lru[str, tuple[float, float]] = Lru(2 * max_addresses + 1, clock)
 
-    def _level(self, remote: str) -> float:
-        found, held = self._buckets.get(remote)
+    def _keys(self, remote: str) -> list[tuple[str, float]]:
+        return [
+            (f"addr:{remote}", self.factors["addr"]),
+            (f"net:{network_of(remote)}", self.factors["net"]),
+            ("all:", self.factors["all"]),
+        ]
+
+    def _level(self, key: str, factor: float) -> float:
+        found, held = self._buckets.get(key)
         if not found or held is None:
-            return self.burst
+            return self.burst * factor
         level, since = held
-        return min(self.burst, level + (self.clock() - since) * self.per_second)
+        return min(self.burst * factor, level + (self.clock() - since) * self.per_second * factor)
 
     def check(self, remote: str) -> None:
-        """Raise TooManyFailures when ``remote`` has no failure left to spend."""
-        level = self._level(remote)
-        if level < 1:
-            raise TooManyFailures((1 - level) / self.per_second)
+        """Raise TooManyFailures when ``remote``, its network or all callers together have no
+        failure left to spend."""
+        waits = [
+            (1 - level) / (self.per_second * factor)
+            for key, factor in self._keys(remote)
+            if (level := self._level(key, factor)) < 1
+        ]
+        if waits:
+            raise TooManyFailures(max(waits))
 
     def failed(self, remote: str) -> None:
-        level = max(0.0, self._level(remote) - 1)
-        self._buckets.put(remote, (level, self.clock()), ttl=self.burst / self.per_second + 1)
+        for key, factor in self._keys(remote):
+            level = max(0.0, self._level(key, factor) - 1)
+            self._buckets.put(key, (level, self.clock()), ttl=self.burst / self.per_second + 1)
 
 
 class ReviewAccess:

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import ssl
@@ -37,6 +38,7 @@ from kubeio import logs
 from kubeio.client import Kube
 from portal.api import make_app
 from portal.auth import DEFAULT_AUDIENCE, Authorizer, OpenAccess, ReviewAccess
+from portal.evidence_cache import DEFAULT_MAX_BYTES
 from portal.sources import Sources
 
 log = structlog.get_logger("portal")
@@ -93,6 +95,34 @@ def tls_context(cert: str, key: str) -> ssl.SSLContext:
     return context
 
 
+def file_signature(*paths: str) -> tuple[tuple[int, int, int], ...]:
+    """What changes when a file is replaced or rewritten (a mounted Secret is swapped by a
+    symlink; ``os.stat`` follows it to the new file)."""
+    return tuple((st.st_ino, st.st_mtime_ns, st.st_size) for st in (os.stat(path) for path in paths))
+
+
+async def reload_certificate(context: ssl.SSLContext, cert: str, key: str, every: float, stop: asyncio.Event) -> None:
+    """Load the serving certificate again into ``context`` whenever its files change (a renewed
+    certificate, cert-manager's or the kubelet's Secret update), checked every ``every``
+    seconds: new connections get the new certificate, open ones keep theirs. A pair that does
+    not load (a half-written renewal, a key of another certificate) is logged and retried; the
+    certificate in use stays until one loads."""
+    seen = file_signature(cert, key)
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+        try:
+            current = file_signature(cert, key)
+            if current == seen:
+                continue
+            context.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            log.error("the changed serving certificate did not load; still serving the previous one", error=str(exc))
+            continue
+        seen = current
+        log.info("serving certificate reloaded", cert=cert)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="signal-portal", description=__doc__.split("\n\n")[0])
     p.add_argument("--kubeconfig", default=None, help="kubeconfig file (default: in-cluster, else ~/.kube/config)")
@@ -110,6 +140,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert-file", default=None, help="serving certificate (PEM, with its chain)")
     p.add_argument("--tls-key-file", default=None, help="private key of the serving certificate (PEM)")
     p.add_argument(
+        "--tls-reload-seconds",
+        type=float,
+        default=10.0,
+        help="how often to check the certificate files and load them again when they changed",
+    )
+    p.add_argument(
         UNAUTHENTICATED_OVERRIDE,
         action="store_true",
         help="DANGEROUS: allow --auth none on a non-loopback address (everyone sees every workspace)",
@@ -121,6 +157,12 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cluster", default="default", help="cluster name written into each result's scope")
     p.add_argument("--resync", type=float, default=30.0, help="seconds between full re-classifications")
+    p.add_argument(
+        "--max-evidence-cache-mib",
+        type=int,
+        default=DEFAULT_MAX_BYTES // (1024 * 1024),
+        help="at most this much Run evidence is kept in memory (least recently used beyond it is read again)",
+    )
     p.add_argument("--log-format", choices=("json", "console"), default="json")
     return p
 
@@ -145,7 +187,13 @@ async def serve(args: argparse.Namespace) -> None:
         authorizer = ReviewAccess(kube, audience=args.audience)
     if context is None and not is_loopback(args.host):
         log.warning("serving plain HTTP on a network address: a proxy in front must terminate TLS", host=args.host)
-    sources = Sources(kube, namespaces=args.namespace, cluster=args.cluster, resync=args.resync)
+    sources = Sources(
+        kube,
+        namespaces=args.namespace,
+        cluster=args.cluster,
+        resync=args.resync,
+        max_evidence_bytes=args.max_evidence_cache_mib * 1024 * 1024,
+    )
     sources.start()
     runner = web.AppRunner(make_app(sources, authorizer), access_log=None)
     await runner.setup()
@@ -165,9 +213,15 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+    reloading = None
+    if context is not None:
+        reloader = reload_certificate(context, args.tls_cert_file, args.tls_key_file, args.tls_reload_seconds, stop)
+        reloading = asyncio.create_task(reloader, name="certificate reload")
     try:
         await stop.wait()
     finally:
+        if reloading is not None:
+            await reloading
         await runner.cleanup()
         await sources.stop()
         await kube.close()

@@ -23,6 +23,11 @@ LATENCY = Histogram(
 )
 REFRESH = Histogram("signal_portal_refresh_seconds", "Time to rebuild the index", registry=REGISTRY)
 EVIDENCE_FETCHES = Counter("signal_portal_evidence_fetches_total", "Evidence ConfigMaps fetched", registry=REGISTRY)
+EVIDENCE_CACHE_BYTES = Gauge(
+    "signal_portal_evidence_cache_bytes",
+    "About how many bytes of Run evidence the portal holds (bounded by --max-evidence-cache-mib)",
+    registry=REGISTRY,
+)
 READY = Gauge("signal_portal_index_built", "1 once the first index snapshot is built", registry=REGISTRY)
 AUTH_REVIEWS = Counter(
     "signal_portal_auth_reviews_total", "TokenReviews and SubjectAccessReviews sent", ["kind"], registry=REGISTRY

@@ -35,6 +35,7 @@ from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import ApiError, Forbidden, NotFound
 from kubeio.informer import Informer
 from portal import metrics
+from portal.evidence_cache import DEFAULT_MAX_BYTES, EvidenceCache
 from portal.freshness import judged
 from portal.health import NodeHealth, node_health
 from portal.index import Entry, Index, RegisteredCheck, entry_of
@@ -111,6 +112,7 @@ class Sources:
         cluster: str,
         resync: float = 30.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        max_evidence_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self.kube = kube
         self.cluster = cluster
@@ -128,7 +130,7 @@ class Sources:
         self.nodes = Informer(kube, resource_path("v1", "nodes"), reduce_node)
         self.index = Index([])
         self.built = asyncio.Event()
-        self._documents: dict[CacheKey, RunEvidence] = {}
+        self._documents = EvidenceCache(max_evidence_bytes)
         self._runs: dict[str, _RunCache] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -239,7 +241,8 @@ class Sources:
                 return NOT_CACHED, RunEvidence(Verification.MISSING, message[:1024])
             document = materialize(run, result.document, stored)
             result = RunEvidence(result.verification, result.message, document, result.digest)
-        self._documents[cache_key] = result
+        self._documents.put(cache_key, result)
+        metrics.EVIDENCE_CACHE_BYTES.set(self._documents.bytes)
         return cache_key, result
 
     async def _check_config_maps(self, run: Obj, document: Obj, uids: list[str]) -> dict[int, Obj | None]:
@@ -350,8 +353,8 @@ class Sources:
             entries.extend(built)
         for gone in set(self._runs) - seen:
             del self._runs[gone]
-        for stale in set(self._documents) - used:
-            del self._documents[stale]
+        self._documents.retain(used)
+        metrics.EVIDENCE_CACHE_BYTES.set(self._documents.bytes)
         checks = [c for p in sorted(self.profiles.items.values(), key=lambda p: p.name) for c in p.checks]
         # Sorting and precomputing a fleet-sized snapshot is CPU-bound: off the event loop.
         self.index = await asyncio.to_thread(

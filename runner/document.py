@@ -93,6 +93,8 @@ class Result(NamedTuple):
     stdout: Stream | None = None
     stderr: Stream | None = None
     launcher: Launcher | None = None
+    script_digest: str | None = None
+    """``sha256:<hex>`` of the script the runner executed (``runner.execute.script_digest``)."""
 
 
 def camel(name: str) -> str:

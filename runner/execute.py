@@ -84,6 +84,21 @@ def script_argv(script: StrPath) -> list[str]:
     return [parts[0], *(parts[1:] and [parts[1].strip()]), script]
 
 
+def script_digest(script: StrPath) -> str:
+    """``sha256:<hex>`` of the script's bytes, the file the runner is about to execute (an
+    immutable ConfigMap mounted read-only): the adapter and acceptance compare it with the
+    Run's snapshot (shared/snapshot.py). The interpreter's own SHA-256, as for the streams."""
+    digest = sha256()
+    try:
+        with open(os.fspath(script), "rb") as handle:
+            while chunk := handle.read(1 << 16):
+                digest.update(chunk)
+    except OSError as exc:
+        raise ScriptError(f"cannot read script {os.fspath(script)}: {exc.strerror}") from exc
+    hexdigest: str = digest.hexdigest()
+    return "sha256:" + hexdigest
+
+
 def clean_environment(
     inherited: Mapping[str, str], extra: Mapping[str, str], *, home: StrPath, mpi: bool = False
 ) -> dict[str, str]:

@@ -27,7 +27,7 @@ import time
 
 from runner.argv import Option, Parser, Role
 from runner.document import Identity, Result
-from runner.execute import ScriptError, StrPath, clean_environment, run_script, script_argv
+from runner.execute import ScriptError, StrPath, clean_environment, run_script, script_argv, script_digest
 from runner.report import build_result, error_result, fit, read_measurements
 from shared.limits import MAX_PARTICIPANTS
 from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, ResultError, is_unicode
@@ -108,12 +108,14 @@ def cmd_run(args: SimpleNamespace) -> int:
     )
     started = time.time()
     try:
+        digest = script_digest(args.script)
         argv = script_argv(args.script)
         outcome = run_script(argv, env, workdir, stdout, stderr, float(args.deadline_seconds))
     except ScriptError as exc:
         return _write(error_result(identity, str(exc), started, time.time()), args.termination_log)
     try:
         result = build_result(identity, outcome, measurements_file=measurements, stdout_file=stdout, stderr_file=stderr)
+        result = result._replace(script_digest=digest)
     except Exception as exc:  # a result is written whatever happened (it also replaces the script's own)
         result = error_result(identity, f"cannot build the result: {type(exc).__name__}: {exc}", started, time.time())
     return _write(result, args.termination_log)
@@ -140,6 +142,10 @@ def cmd_launcher(args: SimpleNamespace) -> int:
             error_result(identity, f"hostfile {args.hostfile} names no host", started, time.time()),
             args.termination_log,
         )
+    try:
+        digest = script_digest(args.script)
+    except ScriptError as exc:
+        return _write(error_result(identity, str(exc), started, time.time()), args.termination_log)
     # Each rank starts as this runner did (runner/launch.py: isolated, without site), from the
     # same file of the same image: ``-m runner.main`` would need site's path to find the package.
     rank_command = [
@@ -170,7 +176,9 @@ def cmd_launcher(args: SimpleNamespace) -> int:
     # Only reports signed with this check's key, each on its own rank's tagged stream, read
     # as a bounded stream (never the whole output at once).
     reports = mpi.stream_reports(workdir / "stdout", key)
-    verdict, reason, report = mpi.evaluate_launcher(hosts, reports, outcome.exit_code, outcome.timed_out, args.slots)
+    verdict, reason, report = mpi.evaluate_launcher(
+        hosts, reports, outcome.exit_code, outcome.timed_out, args.slots, script_digest=digest
+    )
     # Rank 0's measurements are the check's; an invalid report makes the result Inconclusive.
     rank_zero = mpi.rank_zero_measurements(reports)
     (workdir / "measurements.json").unlink(missing_ok=True)
@@ -185,7 +193,7 @@ def cmd_launcher(args: SimpleNamespace) -> int:
             stderr_file=workdir / "stderr",
             launcher=report,
             verdict=(verdict, reason),
-        )
+        )._replace(script_digest=digest)
     except Exception as exc:  # a result is written whatever happened
         result = error_result(identity, f"cannot build the result: {type(exc).__name__}: {exc}", started, time.time())
     return _write(result, args.termination_log)
@@ -227,7 +235,9 @@ def cmd_rank(args: SimpleNamespace) -> int:
     # The worker's environment names the script where its Pod mounts it; without it (no
     # record either) the launcher's path (the same mount).
     script = os.environ.get("SIGNAL_SCRIPT") or args.script
+    digest: str | None = None
     try:
+        digest = script_digest(script)
         outcome = run_script(script_argv(script), env, workdir, None, None, float(args.deadline_seconds))
         code = outcome.exit_code if outcome.exit_code is not None else 128 + (outcome.signal or 0)
     except ScriptError as exc:
@@ -242,7 +252,10 @@ def cmd_rank(args: SimpleNamespace) -> int:
     sys.stdout.flush()
     # A fresh line first: a fragment the script left without a newline cannot swallow the
     # report; one write, so that mpirun forwards it in as few chunks as it can.
-    os.write(sys.stdout.fileno(), ("\n" + mpi.rank_line(rank, size, host, code, reported, key=key) + "\n").encode())
+    os.write(
+        sys.stdout.fileno(),
+        ("\n" + mpi.rank_line(rank, size, host, code, reported, key=key, script=digest) + "\n").encode(),
+    )
     return code
 
 

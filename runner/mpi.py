@@ -113,12 +113,23 @@ def _mac(key: str, body: str) -> str:
     return hmac.new(key.encode(), body.encode(), hashlib.sha256).hexdigest()
 
 
-def rank_line(rank: int, size: int, host: str, exit_code: int, measurements: object = None, *, key: str) -> str:
+def rank_line(
+    rank: int,
+    size: int,
+    host: str,
+    exit_code: int,
+    measurements: object = None,
+    *,
+    key: str,
+    script: str | None = None,
+) -> str:
     """One rank's report, signed with the check's key; rank 0 also carries its script's
-    measurements (the check's)."""
+    measurements (the check's); ``script``: the sha256 of the script the rank executed."""
     fields: dict[str, object] = {"rank": rank, "size": size, "host": host, "exitCode": exit_code}
     if measurements is not None:
         fields["measurements"] = measurements
+    if script is not None:
+        fields["script"] = script
     body = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return f"{RANK_PREFIX}{_mac(key, body)} {body}"
 
@@ -242,9 +253,17 @@ def rank_identity(env: dict[str, str]) -> tuple[int, int, str]:
 
 
 def evaluate_launcher(
-    hosts: list[str], reports: Iterable[RankReport], mpirun_exit: int | None, timed_out: bool, slots: int = 1
+    hosts: list[str],
+    reports: Iterable[RankReport],
+    mpirun_exit: int | None,
+    timed_out: bool,
+    slots: int = 1,
+    *,
+    script_digest: str | None = None,
 ) -> tuple[Verdict, str, Launcher]:
-    """The launcher's verdict from the hostfile, the authenticated rank reports and mpirun's exit."""
+    """The launcher's verdict from the hostfile, the authenticated rank reports and mpirun's
+    exit. With ``script_digest`` (the sha256 of the launcher's own mount of the script), a
+    rank that does not report having executed exactly those bytes counts for nothing."""
     ranks: dict[int, RankResult] = {}
     problems: list[str] = []
     sizes: set[int] = set()
@@ -260,6 +279,9 @@ def evaluate_launcher(
                 raise TypeError("rank or world size out of range")
         except (KeyError, TypeError):
             problems.append("a malformed rank report")
+            continue
+        if script_digest is not None and body.get("script") != script_digest:
+            problems.append(f"rank {rank} executed another script than the snapshot's")
             continue
         if rank != item.stream_rank:
             problems.append(f"a report for rank {rank} on the output of rank {item.stream_rank}")

@@ -10,6 +10,11 @@ Run's participants (index, Node name and uid, each once); whose backend workload
 every participant exactly once on its own Node (and, for a ``perNode`` MPI check, whose
 proven verdicts each come from exactly one launcher of that participant, on its own Node; a
 crossNode check's from exactly one launcher on a Node that is none of the participants');
+whose proven verdicts' workloads have recorded owner chains leading to this Run
+(``shared.ownership.chain_problem``: evidence without them proves nothing); that record the
+Run's snapshot (every key's sha256, recomputing to the source digest) and whose proven
+verdicts each come from a runner that reported executing the check's script
+(``shared.snapshot.script_problem``);
 whose verdicts are the ones the rules give; and whose cleanup completed. Anything else makes that check Inconclusive.
 
 The Run is ``Failed`` if any check with valid evidence proves a failure; ``Succeeded``
@@ -26,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from shared import ownership, snapshot
 from shared.digests import canonical_json, sha256_digest
 from shared.evidence import (
     CHECK_EVIDENCE_SCHEMA,
@@ -140,6 +146,11 @@ def validate_check(run: Obj, check_index: int, document: Obj) -> tuple[Verdict, 
                     f"IdentityCoverage: participant {index}'s verdict is not from one launcher on its own Node",
                     {},
                 )
+    unowned = ownership.chain_problem(meta["uid"], results, scope) or snapshot.script_problem(
+        spec["source"]["digest"], results
+    )
+    if unowned:
+        return Verdict.INCONCLUSIVE, unowned, {}
     recomputed, _ = check_verdict(list(results.participants))
     if recomputed != results.verdict:
         return Verdict.INCONCLUSIVE, "InconsistentEvidence: the recorded check verdict is not the rules' verdict", {}

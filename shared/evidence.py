@@ -60,6 +60,22 @@ class CheckIdentity(StrictModel):
     backend: Literal["Pod", "MPIJob"]
     script_key: str
     source_digest: Digest
+    bundle: dict[str, Digest] | None = None
+    """sha256 of every key of the Run's snapshot as the adapter verified it (shared/snapshot.py):
+    acceptance recomputes the source digest from it. None in evidence written before it was
+    recorded, or when the snapshot could not be verified: such evidence proves no verdict."""
+    script_digest: Digest | None = None
+    """sha256 of the check's script key in the snapshot: what every runner must report having
+    executed (``ParticipantResult.script_digest``)."""
+
+
+class OwnerLink(StrictModel):
+    """One controller owner of a workload (an ownerReference with ``controller: true``, or, for
+    what the adapter creates itself, its one ownerReference to the Run)."""
+
+    kind: str
+    name: str
+    uid: str
 
 
 class Workload(StrictModel):
@@ -71,6 +87,11 @@ class Workload(StrictModel):
     node_name: str | None = None
     participant_index: int | None = None
     role: Literal["participant", "launcher", "worker", "mpijob", "job"]
+    owners: list[OwnerLink] | None = None
+    """Its controller owner chain as the adapter verified it, nearest first, up to the Run: a
+    Pod check's Pod and an MPIJob ``[Run]``, an MPI worker ``[MPIJob, Run]``, a launcher Pod
+    ``[Job, MPIJob, Run]`` (shared/ownership.py). None in evidence written before chains were
+    recorded: such evidence proves no verdict (docs/security.md)."""
 
 
 class ParticipantResult(StrictModel):
@@ -82,6 +103,9 @@ class ParticipantResult(StrictModel):
     workload: str | None = None
     """Name of the Pod (or MPI worker) that served this participant."""
     workload_uid: str | None = None
+    script_digest: Digest | None = None
+    """sha256 of the script the runner executed, as it reported (a Pod check's own Pod; an MPI
+    check's launcher, whose ranks each reported the same)."""
     exit_code: int | None = None
     signal: int | None = None
     measurements: Measurements = Field(default_factory=dict)

@@ -19,8 +19,13 @@ RUN_KIND: Final = "CertificationRun"
 RUN_PLURAL: Final = "certificationruns"
 
 # Set by an operator (or the recurrence policy) to request certification of a Node
-# by the named profile; only Nodes carrying it are candidates.
-CERTIFY_LABEL: Final = f"{GROUP}/certify"
+# by the named profile; only Nodes carrying it are candidates. Under the prefix NodeRestriction
+# keeps from kubelets, so that no Node requests itself (or a group of its choice); the
+# ``signal.`` form never collides with the per-profile result labels (``signal-<profile>``).
+CERTIFY_LABEL: Final = "node-restriction.kubernetes.io/signal.certify"
+# The request label of earlier versions: its own kubelet can write it, so it requests nothing;
+# a Node carrying it gets a Warning Event saying which label to use.
+LEGACY_CERTIFY_LABEL: Final = f"{GROUP}/certify"
 # Reservation of a Node by a Run: label (Run uid) for selection, annotation for detail.
 RESERVED_BY_LABEL: Final = f"{GROUP}/reserved-by"
 RESERVATION_ANNOTATION: Final = f"{GROUP}/reservation"
@@ -66,6 +71,10 @@ WORKFLOW_PARAMETERS: Final = (
 # Argo Workflows' API (the controller creates Workflows; the adapter's template is one).
 ARGO_API_VERSION: Final = "argoproj.io/v1alpha1"
 WORKFLOW_PLURAL: Final = "workflows"
+# The Kubeflow MPI operator's MPIJob (MPIJob checks only; a cluster may lack its CRD).
+MPIJOB_API_VERSION: Final = "kubeflow.org/v2beta1"
+MPIJOB_PLURAL: Final = "mpijobs"
+MPIJOB_CRD: Final = "mpijobs.kubeflow.org"
 
 # Where the MPI operator mounts the hostfile in an MPIJob's launcher.
 MPI_HOSTFILE: Final = "/etc/mpi/hostfile"

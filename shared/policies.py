@@ -14,11 +14,14 @@ ADAPTER_WORKLOADS_POLICY: Final = "signal-adapter-workloads"
 """What the adapter may put in the Pods and MPIJobs it creates."""
 CONTROLLER_WORKFLOWS_POLICY: Final = "signal-controller-workflows"
 """The only Workflow the controller may create: the signal-adapter template's."""
+SCRIPTS_POLICY: Final = "signal-scripts"
+"""Who may create, change and delete a Run's script snapshot ConfigMap in the Signal namespace."""
 
 POLICY_FILES: Final = {
     ADAPTER_WORKLOADS_POLICY: "deploy/base/adapter-admission-policy.yaml",
     EVIDENCE_POLICY: "deploy/base/evidence-admission-policy.yaml",
     CONTROLLER_WORKFLOWS_POLICY: "deploy/base/workflow-admission-policy.yaml",
+    SCRIPTS_POLICY: "deploy/base/scripts-admission-policy.yaml",
 }
 """Where each policy and its binding are defined (repository-relative)."""
 

@@ -83,7 +83,7 @@ class Participants(WireModel):
             }
         ),
     ]
-    """Non-empty label selector over Nodes already requested with projectsignal.dev/certify."""
+    """Non-empty label selector over Nodes already requested with node-restriction.kubernetes.io/signal.certify."""
     count: Annotated[int, Field(ge=1, le=MAX_PARTICIPANTS)]
     """Exact number of Nodes in one group (1..64)."""
 

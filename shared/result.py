@@ -139,6 +139,9 @@ class RunnerResult(StrictModel):
     started_at: datetime
     finished_at: datetime
     launcher: LauncherReport | None = None
+    script_digest: Digest | None = None
+    """sha256 of the script the runner executed (a Pod check's runner, an MPI launcher); the
+    adapter and acceptance compare it with the Run's snapshot (shared/snapshot.py)."""
 
     @field_validator("measurements")
     @classmethod

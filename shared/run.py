@@ -164,3 +164,13 @@ class CertificationRun(WireModel):
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: RunSpec
     status: RunStatus = Field(default_factory=RunStatus)
+
+
+def may_have_mpijobs(checks: object) -> bool:
+    """Whether a Run whose ``spec.checks`` (raw) is ``checks`` may have MPIJobs: unless every
+    check names the ``Pod`` backend (then no MPIJob of the Run can exist: the adapter creates
+    one only for an MPIJob check of the Run), True. Fail closed: a check without a backend, or
+    checks that are not a list, count as possibly MPIJob. Pure."""
+    if not isinstance(checks, list):
+        return True
+    return not all(isinstance(c, dict) and c.get("backend") == "Pod" for c in checks)

@@ -6,6 +6,8 @@ to signalctl/commands.py."""
 import os
 import sys
 
+from signalctl import terminal
+
 USAGE = """usage: signalctl COMMAND [options]   (signalctl COMMAND --help for its options)
 
 commands:
@@ -13,7 +15,7 @@ commands:
   describe run RUN                   a Run's status, checks, participants and Events
   describe node NODE                 every profile's result on a Node, the Run and evidence behind it, current or not
   evidence verify RUN                recompute a Run's evidence digests and decision (exit 0 ok, 1 mismatch, 2 missing)
-  request PROFILE NODE... [--force]  request certification of Nodes (label projectsignal.dev/certify)
+  request PROFILE NODE... [--force]  request certification of Nodes (label .../signal.certify)
   cancel RUN                         cancel a Run (spec.cancel)
   release RUN                        release a finished Run's Nodes (spec.release)
   demo                               start the local control plane with a simulated GPU fleet (Ctrl-C stops it)
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE.replace("signalctl COMMAND", f"{prog} COMMAND"))
         return 0 if args else 2
     command, rest = args[0], args[1:]
+    terminal.install()  # what follows prints text others wrote (Events, Node annotations): escaped
     if command == "demo":
         from signalctl import demo  # noqa: PLC0415 - the demo pulls in the local cluster; load it only when asked
 

@@ -123,7 +123,9 @@ def not_current(node: Obj, behind: Behind, now: datetime) -> list[str]:
     if detail is None:
         return ["the result's detail annotation is missing or unreadable"]
     reasons = []
-    if detail.get("verdict") != label:
+    if label == certified.STALE:
+        reasons.append(f"the controller marked it Stale (expired; the detail says {detail.get('verdict')})")
+    elif detail.get("verdict") != label:
         reasons.append(f"the label says {label} but the detail says {detail.get('verdict')}")
     if behind.profile_obj is None:
         reasons.append(f"the profile {behind.profile_note or 'no longer exists'}")

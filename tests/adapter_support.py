@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.manifests import snapshot_manifest
 from localcluster import identities, podprocess
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
@@ -100,12 +101,8 @@ class AdapterWorld:
         run = await self.admin.merge_patch(
             resource_path(API, keys.RUN_PLURAL, self.namespace, name, "status"), {"status": {"phase": "Running"}}
         )
-        owner = {"apiVersion": API, "kind": keys.RUN_KIND, "name": name, "uid": run["metadata"]["uid"]}
-        snapshot = {
-            "metadata": {"name": f"{name}-scripts", "ownerReferences": [owner]},
-            "data": scripts,
-            "immutable": True,
-        }
+        # As the controller makes it (controller/manifests.py): the signal-scripts policy admits no other shape.
+        snapshot = snapshot_manifest(run, {"data": scripts})
         await self.admin.create(resource_path("v1", "configmaps", self.namespace), snapshot)
         self.run = run
         return run

@@ -8,18 +8,54 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from shared.digests import canonical_json, sha256_digest
+from shared.digests import bundle_digest, canonical_json, sha256_digest
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document, encode
+from tests import builders, controller_support, run_builders
 
 Obj = dict[str, Any]
 STAMP = "2026-11-30T00:00:00Z"
 
 
-def check_evidence(run: Obj, index: int = 0, verdicts: dict[int, str] | None = None) -> Obj:
+def run_link(run: Obj) -> Obj:
+    """The last link of every owner chain the adapter records: the Run."""
+    return {"kind": "CertificationRun", "name": run["metadata"]["name"], "uid": run["metadata"]["uid"]}
+
+
+def mpi_chain(run: Obj, mpijob_uid: str, *, launcher: bool = False) -> list[Obj]:
+    """A worker's (or, ``launcher``, a launcher Pod's) owner chain up to the Run."""
+    job = [{"kind": "Job", "name": "job", "uid": f"job-of-{mpijob_uid}"}] if launcher else []
+    return [*job, {"kind": "MPIJob", "name": "mpijob", "uid": mpijob_uid}, run_link(run)]
+
+
+KNOWN_SCRIPTS: tuple[dict[str, str], ...] = (
+    builders.SCRIPTS,
+    controller_support.SCRIPTS,
+    run_builders.SCRIPTS,
+    {"s.sh": "exit 0"},
+)
+"""The script sets the tests' Runs are made from: evidence records the snapshot's key digests,
+which only the bytes give (``snapshot_of``)."""
+
+
+def snapshot_of(run: Obj, scripts: dict[str, str] | None = None) -> dict[str, str]:
+    """sha256 of every key of the Run's snapshot (``scripts``, or the known set whose bundle is
+    the Run's source digest), as the adapter records it."""
+    digest = run["spec"]["source"]["digest"]
+    for candidate in (scripts,) if scripts is not None else KNOWN_SCRIPTS:
+        if bundle_digest(candidate, {}) == digest:
+            return {key: sha256_digest(value.encode()) for key, value in candidate.items()}
+    raise AssertionError(f"no known script set digests to the Run's {digest}; pass scripts=")
+
+
+def check_evidence(
+    run: Obj, index: int = 0, verdicts: dict[int, str] | None = None, *, scripts: dict[str, str] | None = None
+) -> Obj:
     """A valid check-evidence/v1 document for check ``index`` of ``run`` (Pod backend)."""
     meta, spec = run["metadata"], run["spec"]
     check = spec["checks"][index]
     verdicts = verdicts or {}
+    bundle = snapshot_of(run, scripts)
+    script = bundle.get(check["scriptKey"], sha256_digest(b"no such key"))
     participants, workloads = [], []
     for p in sorted(spec["participants"], key=lambda p: p["index"]):
         name, uid = f"{meta['name']}-c{index}-p{p['index']}", f"pod-uid-{index}-{p['index']}"
@@ -31,6 +67,7 @@ def check_evidence(run: Obj, index: int = 0, verdicts: dict[int, str] | None = N
                 "nodeName": p["nodeName"],
                 "participantIndex": p["index"],
                 "role": "participant",
+                "owners": [run_link(run)],
             }
         )
         verdict = verdicts.get(p["index"], "Pass")
@@ -43,6 +80,7 @@ def check_evidence(run: Obj, index: int = 0, verdicts: dict[int, str] | None = N
                 "reason": f"{verdict}: test",
                 "workload": name,
                 "workloadUid": uid,
+                "scriptDigest": script,
                 "exitCode": 0 if verdict == "Pass" else 1,
                 "measurements": {},
             }
@@ -62,6 +100,8 @@ def check_evidence(run: Obj, index: int = 0, verdicts: dict[int, str] | None = N
             "backend": check["backend"],
             "scriptKey": check["scriptKey"],
             "sourceDigest": spec["source"]["digest"],
+            "bundle": bundle,
+            "scriptDigest": script,
         },
         "verdict": overall,
         "reason": "test",

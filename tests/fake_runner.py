@@ -19,6 +19,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from shared.digests import sha256_digest
 from shared.result import RunnerIdentity, RunnerResult, render_result
 from shared.run import Verdict
 
@@ -55,6 +56,8 @@ def main() -> int:
         measurements=measurements,
         started_at=now,
         finished_at=now,
+        # What it executed, as the real runner reports it: the script's own bytes.
+        script_digest=sha256_digest(args.script.read_bytes()),
     )
     payload = render_result(result)
     if mode == "malformed":

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from controller.manifests import snapshot_manifest
 from localcluster import images
 from localcluster.argoworkflows import SYSTEM_NODE, SYSTEM_NODE_LABEL
 from localcluster.binaries import argo_build_dir
@@ -168,9 +169,8 @@ class RealWorld(AdapterWorld):
         runs = resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace)
         await self.admin.create(runs, body)
         run = await self.admin.merge_patch(f"{runs}/{name}/status", {"status": {"phase": "Running"}})
-        owner = {"apiVersion": keys.API_VERSION, "kind": keys.RUN_KIND, "name": name, "uid": run["metadata"]["uid"]}
-        snapshot = {"metadata": {"name": f"{name}-scripts", "ownerReferences": [owner]}, "data": scripts}
-        snapshot["immutable"] = True
+        # As the controller makes it (controller/manifests.py): the signal-scripts policy admits no other shape.
+        snapshot = snapshot_manifest(run, {"data": scripts})
         await self.admin.create(resource_path("v1", "configmaps", self.namespace), snapshot)
         self.run = run
         return run

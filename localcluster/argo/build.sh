@@ -21,6 +21,11 @@ tools=(workflow-controller argoexec argo)
 extra_crds=(workflowtasksets workflowartifactgctasks clusterworkflowtemplates cronworkflows workfloweventbindings)
 # The kinds Signal uses, with their full schemas (validation as on a real cluster).
 full_crds=(workflows workflowtemplates workflowtaskresults)
+# One build at a time per cache folder: a second caller (another checkout sharing the cache, a
+# parallel test) waits here, then finds the first one's result.
+mkdir -p "$out_root"
+exec 9>"$out_root/.build.lock"
+flock 9
 cached=1
 for tool in "${tools[@]}"; do [[ -x "$out/$tool" ]] || cached=0; done
 for crd in "${extra_crds[@]}" "${full_crds[@]}"; do [[ -f "$out/crds/argoproj.io_$crd.yaml" ]] || cached=0; done

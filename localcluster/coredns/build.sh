@@ -8,6 +8,11 @@ repo="$(cd "$here/../.." && pwd)"
 out_dir="${SIGNAL_COREDNS_DIR:-$repo/.cache/coredns}"
 stamp="$( (cat "$here/go.mod" "$here/go.sum" "$here/main.go"; go version) | sha256sum | cut -c1-16)"
 binary="$out_dir/coredns-$stamp"
+# One build at a time per cache folder: a second caller (another checkout sharing the cache, a
+# parallel test) waits here, then finds the first one's result.
+mkdir -p "$out_dir"
+exec 9>"$out_dir/.build.lock"
+flock 9
 if [[ -x "$binary" ]]; then
   echo "coredns: cached build $binary" >&2
   echo "$binary"

@@ -10,6 +10,11 @@ out_dir="${SIGNAL_KPLANE_DIR:-$repo/.cache/kplane}"
 kube_version="$(cat "$here/KUBE_VERSION")"
 stamp="$( (cat "$here/go.mod" "$here/go.sum" "$here/main.go"; go version) | sha256sum | cut -c1-16)"
 binary="$out_dir/kplane-$kube_version-$stamp"
+# One build at a time per cache folder: a second caller (another checkout sharing the cache, a
+# parallel test) waits here, then finds the first one's result.
+mkdir -p "$out_dir"
+exec 9>"$out_dir/.build.lock"
+flock 9
 if [[ -x "$binary" ]]; then
   echo "kplane: cached build $binary" >&2
   echo "$binary"

@@ -20,6 +20,11 @@ src="$(cd "$src" && pwd)"
 stamp="$( (cd "$src" && find go.mod go.sum cmd pkg -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; go version) \
   | sha256sum | cut -c1-16)"
 out="$out_root/mpi-operator-$stamp"
+# One build at a time per cache folder: a second caller (another checkout sharing the cache, a
+# parallel test) waits here, then finds the first one's result.
+mkdir -p "$out_root"
+exec 9>"$out_root/.build.lock"
+flock 9
 if [[ -x "$out/mpi-operator" ]]; then
   echo "mpi-operator: cached build $out/mpi-operator" >&2
   echo "$out/mpi-operator"

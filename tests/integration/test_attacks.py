@@ -169,7 +169,9 @@ async def test_no_other_identity_can_write_evidence_signal_accepts(
         await install_rbac(admin, namespace)  # the controller's, for its acceptance below
         run = await world.setup(2, {"fail.sh": FAIL}, [check("burn-in", "fail.sh")])  # and the policies
         name = run["metadata"]["name"]
-        evidence = eb.check_evidence(run)  # every participant passed (what the attackers claim)
+        evidence = eb.check_evidence(
+            run, scripts={"fail.sh": FAIL}
+        )  # every participant passed (what the attackers claim)
         results = evidence["results"]
         participants = {p["nodeName"]: "Pass" for p in run["spec"]["participants"]}
         attempts = {
@@ -273,7 +275,7 @@ async def test_the_adapter_adopts_only_its_checks_own_results(
     try:
         run = await world.setup(1, {"fail.sh": FAIL}, [check("burn-in", "fail.sh")])
         name = f"{run['metadata']['name']}-c0-results"
-        results = eb.check_evidence(run)["results"]  # a Pass for every participant
+        results = eb.check_evidence(run, scripts={"fail.sh": FAIL})["results"]  # a Pass for every participant
         if case == "another-runs-document":
             # Labels and owner are this Run's (else the garbage collector removes it at once),
             # the document another Run's.

@@ -15,6 +15,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -103,7 +104,10 @@ async def test_a_node_cannot_certify_itself(
     cluster: LocalCluster, admin: KubeClient, namespace: str, world: World, tmp_path: Path
 ) -> None:
     profile = f"self-{namespace[2:8]}"
-    await world.add_profile(profile_body(profile, namespace, 1))
+    body = profile_body(profile, namespace, 1)
+    digest = body["spec"]["source"]["digest"]
+    recently = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    await world.add_profile(body)
     controller = ControllerProcess(cluster, namespace, tmp_path, resync=RESYNC, metrics_port=free_port())
     await install_rbac(admin, namespace, "portal-rbac.yaml")
     portal_port = free_port()
@@ -134,8 +138,8 @@ async def test_a_node_cannot_certify_itself(
             # 2. A Fail on record (as the controller would have written it): flipped to Pass by
             #    the kubelet, it is Fail again within one resync, trusted label included.
             uid = (await admin.get(node_path()))["metadata"]["uid"]
-            entry = json.loads(forged_detail(profile)) | {"verdict": "Fail", "nodeUID": uid}
-            entry |= {"runCreated": "2026-11-30T00:00:00Z", "completionTime": "2026-11-30T01:00:00Z"}
+            entry = json.loads(forged_detail(profile)) | {"verdict": "Fail", "nodeUID": uid, "sourceDigest": digest}
+            entry |= {"runCreated": recently, "completionTime": recently}  # fresh, of the profile's suite
             await admin.merge_patch(
                 status_path, {"status": {"certifiedNodes": certified.encode({KUBELET_NODE: entry})}}
             )
@@ -148,7 +152,7 @@ async def test_a_node_cannot_certify_itself(
             assert copy_of(await admin.get(node_path()), profile)[0] == "Pass"
             await eventually(recorded_fail, timeout=WITHIN, what="the forged Pass to be replaced by the record's Fail")
             annotation = (await admin.get(node_path()))["metadata"]["annotations"][keys.certified_label(profile)]
-            assert json.loads(annotation)["completionTime"] == "2026-11-30T01:00:00Z"  # not the far future
+            assert json.loads(annotation)["completionTime"] == recently  # not the far future
 
         # An Event and a metric say what happened.
         async def tampered_events() -> list[Obj]:
@@ -195,7 +199,8 @@ async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
     older Run's result (the Node's projection went back in time) and called it tampering. The
     re-assertion decides on a fresh read of the record before it writes anything."""
     profile = f"lag-{namespace[2:8]}"
-    await world.add_profile(profile_body(profile, namespace, 1))
+    suite = profile_body(profile, namespace, 1)
+    await world.add_profile(suite)
     profile_path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile)
     uid = (await admin.get(node_path()))["metadata"]["uid"]
 
@@ -204,6 +209,7 @@ async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
         return (
             base
             | {"run": run, "runUID": str(uuid.uuid4()), "verdict": verdict, "nodeUID": uid}
+            | {"sourceDigest": suite["spec"]["source"]["digest"]}
             | {
                 "runCreated": created,
                 "completionTime": created,
@@ -219,7 +225,8 @@ async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
     fresh = await record(newer)
     kube = Kube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
     try:
-        ctx = Context(kube, namespace, "reassert-test")
+        # Shortly after both Runs, within the profile's freshness window (controller/expiry.py).
+        ctx = Context(kube, namespace, "reassert-test", clock=lambda: datetime(2026, 11, 30, 3, tzinfo=UTC))
 
         async def resync(profile_seen: Obj) -> int:
             """One re-assertion pass with these caches: the Node as the API server has it now."""
@@ -239,3 +246,67 @@ async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
         assert copy_of(await admin.get(node_path()), profile) == ("Fail", "Fail", "Fail", "False")
     finally:
         await kube.close()
+
+
+async def test_a_node_can_neither_request_itself_nor_opt_out_of_recurrence(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, world: World, tmp_path: Path
+) -> None:
+    """Issue 42 M-D. The request label is one NodeRestriction keeps from kubelets, so a Node
+    cannot request its own certification (and pick its group); what a kubelet can write on its
+    Node (the old request label, a reservation label and annotation naming another namespace,
+    a cordon) neither requests it nor keeps recurrence from re-requesting it: only Signal's taint
+    and the ledger say a Node is reserved. The stray reservation label is removed, the old
+    request label earns a Warning Event."""
+    profile = f"rq-{namespace[2:8]}"
+    body = profile_body(profile, namespace, 1)
+    body["spec"]["recurrence"] = {"interval": "1h"}
+    await world.add_profile(body)
+    uid = (await admin.get(node_path()))["metadata"]["uid"]
+    earlier = "2026-01-01T00:00:00Z"  # long before the interval
+    entry = json.loads(forged_detail(profile)) | {"nodeUID": uid, "runCreated": earlier, "completionTime": earlier}
+    status_path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile, subresource="status")
+    await admin.merge_patch(status_path, {"status": {"certifiedNodes": certified.encode({KUBELET_NODE: entry})}})
+    async with identities.user(cluster.plane, KUBELET_USER).client() as kubelet:
+        with pytest.raises(ApiError) as refused:
+            await kubelet.merge_patch(node_path(), {"metadata": {"labels": {keys.CERTIFY_LABEL: profile}}})
+        assert refused.value.status == 403, refused.value
+        detail = {"run": "elsewhere", "namespace": "another-installation", "uid": "uid-x", "index": 0}
+        hiding = {
+            "metadata": {
+                "labels": {keys.RESERVED_BY_LABEL: "uid-x", keys.LEGACY_CERTIFY_LABEL: profile},
+                "annotations": {keys.RESERVATION_ANNOTATION: json.dumps(detail)},
+            },
+            "spec": {"unschedulable": True},
+        }
+        await kubelet.merge_patch(node_path(), hiding)  # admitted: all of it is the kubelet's to write
+    controller = ControllerProcess(cluster, namespace, tmp_path, resync=RESYNC)
+    await controller.start()
+    try:
+
+        async def re_requested() -> Obj | None:
+            node = await admin.get(node_path())
+            labels = node["metadata"].get("labels") or {}
+            requested = labels.get(keys.CERTIFY_LABEL) == profile
+            return node if requested and keys.RESERVED_BY_LABEL not in labels else None
+
+        node = await eventually(re_requested, timeout=WITHIN, what="the Node re-requested, its stray reservation gone")
+        assert not any(t.get("key") == keys.RESERVED_TAINT_KEY for t in node["spec"].get("taints") or [])
+
+        async def warned() -> list[Obj]:
+            events = (await admin.get(resource_path("v1", "events", "default")))["items"]
+            return [
+                e
+                for e in events
+                if e.get("reason") == "LegacyRequestIgnored" and e["involvedObject"].get("name") == KUBELET_NODE
+            ]
+
+        found = await eventually(warned, timeout=WITHIN, what="a LegacyRequestIgnored Event")
+        assert found[0]["type"] == "Warning"
+        assert keys.CERTIFY_LABEL in found[0]["message"]
+        # The Node cordoned itself: requested, it is not admitted until the cordon is lifted.
+        assert await world.runs() == []
+    except BaseException:
+        print(controller.logs())
+        raise
+    finally:
+        controller.stop()

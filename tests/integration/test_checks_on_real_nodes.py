@@ -18,6 +18,7 @@ with its ServiceAccount (tests/realnode_support.py). One cluster for the module.
 """
 
 import asyncio
+import contextlib
 import json
 import signal
 import time
@@ -29,15 +30,19 @@ import pytest
 
 from adapter.inputs import Inputs, parse_inputs
 from adapter.main import INTERRUPTED
-from adapter.workloads import DEFAULT_RUNNER_IMAGE, backend_pod, mpijob_name
+from adapter.workloads import DEFAULT_RUNNER_IMAGE, MPI_JOB_LABEL, backend_pod, mpijob_name
 from controller.eligibility import ineligibility
 from controller.nodes import node_view
+from kubeio.client import Kube
+from kubeio.errors import AlreadyExists as KubeAlreadyExists
+from kubeio.errors import NotFound as KubeNotFound
 from localcluster.kube import ApiError, Obj, resource_path
 from shared import keys
-from shared.digests import bundle_digest
+from shared.digests import bundle_digest, sha256_digest
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, RESULTS_SCHEMA, decode_document
+from shared.ownership import MIRROR_ANNOTATION
 from shared.profile import CertificationProfile
-from shared.result import LauncherReport
+from shared.result import LauncherReport, RankResult, render_result
 from tests.adapter_support import AdapterOutcome, check
 from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
 from tests.realnode_support import (
@@ -52,6 +57,7 @@ from tests.realnode_support import (
     start_real_cluster,
     stop_real_cluster,
 )
+from tests.unit.signal_builders import make_result
 
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(900)]
 
@@ -221,6 +227,124 @@ async def test_crossnode_mpijob_over_ssh_passes_and_a_failing_rank_fails_its_nod
     assert verdicts[NODES.index(failing["nodeName"])] == "Fail"
     assert failing["participantIndex"] == NODES.index(failing["nodeName"])
     assert sorted(verdicts.values()) == ["Fail", "Inconclusive"]
+    assert await leftovers(world) == []
+
+
+async def _forge_mirror_launchers(
+    world: RealWorld, kubeconfig: Path, job: str, script: str, stop: asyncio.Event
+) -> set[str]:
+    """What a compromised Node not under test does with its own kubelet credential, again and
+    again (its honest kubelet would delete an orphaned mirror Pod): a mirror Pod with the
+    check's launcher labels and a complete launcher report in which every rank exited 0. The
+    uids of the forgeries made."""
+    made: set[str] = set()
+    jobs = resource_path(*MPIJOBS, world.namespace, job)
+
+    async def launcher_template() -> Obj | None:
+        try:
+            found = await world.admin.get(jobs)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            return None
+        template: Obj = found["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+        return template
+
+    template = await eventually(launcher_template, timeout=60, what="the check's MPIJob")
+    image = template["spec"]["containers"][0]["image"]
+    node = SPARE
+    hosts = [f"{job}-worker-0", f"{job}-worker-1"]
+    ranks = [RankResult(rank=r, host=hosts[r // 2], exit_code=0) for r in range(4)]
+    report = LauncherReport.build(hosts, ranks, world_size=4, mpirun_exit_code=0)
+    kubelet = await Kube.connect(kubeconfig=str(kubeconfig), field_manager="forger")
+    pods = resource_path("v1", "pods", world.namespace)
+    name = f"{job}-launcher-{node}"
+    try:
+        owner = (await kubelet.get(resource_path("v1", "nodes", name=node)))["metadata"]
+        while not stop.is_set():
+            body = {
+                "metadata": {
+                    "name": name,
+                    "labels": dict(template["metadata"]["labels"]) | {MPI_JOB_LABEL: job},
+                    "annotations": {MIRROR_ANNOTATION: "forged"},
+                    "ownerReferences": [
+                        {"apiVersion": "v1", "kind": "Node", "name": node, "uid": owner["uid"], "controller": True}
+                    ],
+                },
+                "spec": {"nodeName": node, "containers": [{"name": "runner", "image": image}]},
+            }
+            with contextlib.suppress(KubeAlreadyExists, KubeNotFound):
+                pod = await kubelet.create(pods, body)
+                made.add(pod["metadata"]["uid"])
+                result = make_result(
+                    index=None,
+                    role="launcher",
+                    node=node,
+                    pod_name=name,
+                    pod_uid=pod["metadata"]["uid"],
+                    launcher=report,
+                    script_digest=sha256_digest(script.encode()),
+                )
+                terminated = {"exitCode": 0, "reason": "Completed", "message": render_result(result).decode()}
+                status = {
+                    "phase": "Succeeded",
+                    "containerStatuses": [
+                        {
+                            "name": "runner",
+                            "image": image,
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": 0,
+                            "state": {"terminated": terminated},
+                        }
+                    ],
+                }
+                await kubelet.merge_patch(f"{pods}/{name}/status", {"status": status})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+        with contextlib.suppress(KubeNotFound):
+            await kubelet.delete(f"{pods}/{name}")
+    finally:
+        await kubelet.close()
+    return made
+
+
+async def test_a_kubelets_mirror_launcher_is_ignored_and_the_real_launchers_verdict_stands(
+    real: RealCluster, world: RealWorld
+) -> None:
+    """Issue 42 H-B on real nodes: while a crossNode MPIJob check runs, the Node not under test
+    forges mirror launchers with its own kubelet's client certificate (every rank exited 0).
+    The verdict is the real launcher's: its rank 3 failed on worker-1."""
+    cross = {"scope": "crossNode", "slotsPerWorker": 2}
+    script = ranks("*-worker-1", 3)
+    await world.setup_real(
+        NODES,
+        {"fail.sh": script},
+        [check("world-fail", "fail.sh", backend="MPIJob", deadline="90s", gpuCount=2, mpi=cross)],
+    )
+    job = job_name(world, 0)
+    spare = next(n for n in real.nodes if n.name == SPARE)
+    stop = asyncio.Event()
+    forger = asyncio.create_task(
+        _forge_mirror_launchers(world, spare.directory / "kubelet" / "kubeconfig", job, script, stop)
+    )
+    try:
+        outcome = await world.adapter(0)
+    finally:
+        stop.set()
+        forged = await forger
+    document = await evidence(world, outcome)
+    results = document["results"]
+    assert forged, "no mirror launcher was forged"
+    assert outcome.verdict == "Fail", json.dumps(results["participants"], indent=1)
+    failing = next(w for w in results["workloads"] if w["name"] == f"{job}-worker-1")
+    verdicts = {p["index"]: p["verdict"] for p in results["participants"]}
+    assert verdicts[NODES.index(failing["nodeName"])] == "Fail"
+    assert sorted(verdicts.values()) == ["Fail", "Inconclusive"]
+    (launcher,) = [w for w in results["workloads"] if w["role"] == "launcher"]
+    assert launcher["uid"] not in forged
+    assert [link["kind"] for link in launcher["owners"]] == ["Job", "MPIJob", keys.RUN_KIND]
+    assert all(w["uid"] not in forged for w in results["workloads"])
     assert await leftovers(world) == []
 
 

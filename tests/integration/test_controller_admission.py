@@ -5,12 +5,16 @@ never selected; a bad source touches no Node."""
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
+from controller.manifests import group_hash, run_name
+from controller.nodes import NodeView
 from localcluster.cluster import LocalCluster
-from localcluster.kube import KubeClient, resource_path
-from shared import keys
+from localcluster.kube import ApiError, KubeClient, resource_path
+from shared import keys, policies
 from shared.digests import bundle_digest
 from tests.controller_support import SCRIPTS, ControllerProcess, World, eventually, profile_body, reserved_by
 
@@ -183,6 +187,72 @@ async def test_a_bad_source_leaves_every_node_untouched(
             "kube-root-ca.crt",
             "signal-admission-ledger",
         }
+    finally:
+        controller.stop()
+        await world.cleanup()
+
+
+async def test_a_squatted_snapshot_name_never_blocks_the_group(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 42 M-A: a ConfigMap squatting the name a group's Run would give its snapshot
+    (possible only where the signal-scripts policy is missing: its binding is removed here) is
+    never adopted and blocks nothing: the Run's snapshot has a fresh name."""
+    world = World(cluster, admin, namespace)
+    await world.setup()
+    controller = ControllerProcess(cluster, namespace, tmp_path)
+    await controller.start()  # installs Signal's policies for the namespace
+    try:
+        names = world.node_names(2)
+        profile = f"{namespace}-p"
+        await world.add_nodes(names, requested_for=None)
+        nodes = await world.nodes(names)
+        await admin.delete(
+            resource_path(
+                "admissionregistration.k8s.io/v1",
+                "validatingadmissionpolicybindings",
+                name=f"{policies.SCRIPTS_POLICY}-{namespace}",
+            )
+        )
+        created = await world.add_profile(profile_body(profile, namespace, 2))
+        uids = [n["metadata"]["uid"] for n in nodes]
+        ghash = group_hash(created["metadata"]["uid"], 1, [cast(NodeView, SimpleNamespace(uid=u)) for u in uids])
+        run_name_then = run_name(profile, ghash, 1)
+        squat = {
+            "metadata": {"name": f"{run_name_then}-scripts"},
+            "data": {"inventory.sh": "#!/bin/sh\necho squatted\n"},
+            "immutable": True,
+        }
+
+        async def squatted() -> bool:
+            try:
+                await admin.create(resource_path("v1", "configmaps", namespace), squat)
+            except ApiError as error:
+                if error.status == 409:
+                    return True
+                if error.status == 403:  # the binding's removal not yet seen by the API server
+                    return False
+                raise
+            return True
+
+        await eventually(squatted, what="the squatting ConfigMap to be created")
+        await world.request(profile, names)
+
+        async def running() -> list[dict] | None:
+            runs = await world.runs()
+            return runs if runs and runs[0].get("status", {}).get("phase") == "Running" else None
+
+        runs = await eventually(running, timeout=60, what=f"a Running Run despite the squat\n{controller.logs()}")
+        run = runs[0]
+        assert run["metadata"]["name"] == run_name_then
+        snapshot = run["spec"]["source"]["snapshotConfigMap"]
+        assert snapshot.startswith(f"{run_name_then}-scripts-")
+        assert snapshot != squat["metadata"]["name"]
+        made = await admin.get(resource_path("v1", "configmaps", namespace, snapshot))
+        assert made["data"] == SCRIPTS
+        assert made["metadata"]["ownerReferences"][0]["uid"] == run["metadata"]["uid"]
+        left = await admin.get(resource_path("v1", "configmaps", namespace, squat["metadata"]["name"]))
+        assert left["data"] == squat["data"], "someone else's ConfigMap is left alone"
     finally:
         controller.stop()
         await world.cleanup()

@@ -33,6 +33,7 @@ from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient
 from portal import metrics
 from portal.auth import ReviewAccess, Unauthenticated
+from tests.controller_support import eventually
 from tests.integration.test_portal import (
     Lab,
     Portal,
@@ -261,7 +262,16 @@ async def test_tls_from_a_serving_certificate(
     cert, key = _certificate(tmp_path)
     portal = Portal(
         kubeconfig,
-        ["--namespace", namespace, "--tls-cert-file", str(cert), "--tls-key-file", str(key)],
+        [
+            "--namespace",
+            namespace,
+            "--tls-cert-file",
+            str(cert),
+            "--tls-key-file",
+            str(key),
+            "--tls-reload-seconds",
+            "1",
+        ],
         cluster.workdir(),
     )
     portals.append(portal)
@@ -291,3 +301,20 @@ async def test_tls_from_a_serving_certificate(
     async with httpx.AsyncClient() as client:
         with pytest.raises(httpx.HTTPError):
             await client.get(f"http://127.0.0.1:{portal.port}/readyz")
+    # A renewed certificate (a new key pair, swapped in as a mounted Secret is) is served to new
+    # connections without a restart (issue 42, Low: it was loaded once, at start).
+    renewed = tmp_path / "renewed"
+    renewed.mkdir()
+    new_cert, new_key = _certificate(renewed)
+    new_key.replace(key)
+    new_cert.replace(cert)
+
+    async def serves_the_renewed_certificate() -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(cert))) as client:
+                return (await client.get(f"{tls}/readyz")).status_code == 200
+        assert portal.process is not None
+        assert portal.process.poll() is None, portal.logs()
+        return False
+
+    await eventually(serves_the_renewed_certificate, timeout=30, what=f"the renewed certificate\n{portal.logs()}")

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from controller.manifests import snapshot_manifest
 from controller.reservations import NODE_WRITE_CONCURRENCY
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
-from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
+from tests.controller_support import SCRIPTS, ControllerProcess, World, eventually, profile_body, reserved_by
 
 BATCH = 4
 EXERCISED: dict[str, int] = {}
@@ -305,3 +306,37 @@ async def test_a_group_larger_than_the_reservation_window_is_rolled_back_whole(
     assert len(released) >= NODE_WRITE_CONCURRENCY - 1, logs
     assert s.names[1] not in released, released
     assert released <= set(s.names), released
+
+
+async def test_a_bad_snapshot_of_a_half_admitted_run_is_replaced_never_adopted(
+    cluster: LocalCluster, admin: KubeClient, tmp_path: Path
+) -> None:
+    """Issue 42 M-A: the controller crashed right after creating a Run, before its snapshot; a
+    ConfigMap of the snapshot's name, controlled by the Run but holding other bytes, appears
+    (made here as a cluster admin: the signal-scripts policy admits no one else). The restarted
+    controller never adopts it: it deletes it and makes the snapshot again from the verified
+    source, and the Run is admitted with the source's exact bytes."""
+    probe = Scenario(cluster, admin, tmp_path, 1)
+    await probe.prepare()
+    await probe.run_once(SIGNAL_CRASH_TRACE=str(probe.workdir / "trace.tsv"))
+    await probe.finish(probe.converged_admitted, "admission")
+    after_create = _point_after_run_create(probe.trace())
+    s = Scenario(cluster, admin, tmp_path, 1)
+    await s.prepare()
+    try:
+        assert await s.run_once(SIGNAL_CRASH_AT=str(after_create)) == 137
+        (run,) = await s.world.runs()
+        name = run["spec"]["source"]["snapshotConfigMap"]
+        path = resource_path("v1", "configmaps", s.namespace, name)
+        bad = snapshot_manifest(run, {"data": {**SCRIPTS, "inventory.sh": "#!/bin/sh\necho forged gpus=8\n"}})
+        planted = await admin.create(resource_path("v1", "configmaps", s.namespace), bad)
+        await s.run_once()
+        await eventually(s.converged_admitted, timeout=45, what=f"admission\n{s.controller.logs()}")
+        made = await admin.get(path)
+        assert made["metadata"]["uid"] != planted["metadata"]["uid"], "the bad snapshot was adopted"
+        assert made["data"] == SCRIPTS
+        assert made["immutable"] is True
+    finally:
+        s.controller.stop()
+        await s.world.cleanup()
+        await s.cluster.delete_namespace(s.namespace)

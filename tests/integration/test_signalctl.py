@@ -572,3 +572,25 @@ async def test_request_wait_never_counts_a_run_of_another_profile(
         assert f"admitted into Run {other['metadata']['name']} as participant" not in out
         assert f"of profile other-{namespace}, not {profile}" in out
         assert "timed out" in err.decode()
+
+
+async def test_describe_node_escapes_what_the_node_and_events_wrote(
+    ctx: Context, cluster: LocalCluster, admin: KubeClient, kubeconfig: Path
+) -> None:
+    """Issue 42, Low: a Node's annotations are its kubelet's to write (and Events, which
+    `describe run` prints, anyone's with Event rights); `describe node` printed their terminal
+    escape sequences raw (a clear screen, an OSC 52 clipboard write). Everything signalctl prints
+    goes through signalctl/terminal.py, which shows them as visible escapes."""
+    node = (await _nodes(cluster, f"{ctx.namespace}-esc", 1))[0]["metadata"]["name"]
+    profile = "escapes"
+    label = keys.certified_label(profile)
+    detail = {"verdict": "Pass", "run": "r\x1b[2J", "namespace": ctx.namespace, "runUID": "u\x1b]52;c;eA==\x07"}
+    await admin.merge_patch(
+        resource_path("v1", "nodes", name=node),
+        {"metadata": {"labels": {label: "Pass"}, "annotations": {label: json.dumps(detail)}}},
+    )
+    rc, out, err = await signalctl(kubeconfig, "describe", "node", node)
+    assert rc == 0, out + err
+    assert "\x1b" not in out + err, repr(out)
+    assert "\x07" not in out + err, repr(out)
+    assert "\\x1b[2J" in out, out

@@ -60,7 +60,17 @@ class NodeBuilder:
         return self.label(keys.ZONE_LABEL, zone)
 
     def reserved_by(self, run_uid: str, detail: Obj | str | None = None) -> Self:
-        """Reservation label, and the annotation (a dict as JSON, a str verbatim) when given."""
+        """A reservation as Signal writes it: the label, Signal's taint naming the same Run (unless
+        the Node has Signal's taint already), and the annotation (a dict as JSON, a str verbatim)
+        when given."""
+        self.reservation_label(run_uid, detail)
+        if not any(t.get("key") == RESERVED_TAINT_KEY for t in self.obj["spec"].get("taints") or []):
+            self.signal_taint(run_uid)
+        return self
+
+    def reservation_label(self, run_uid: str, detail: Obj | str | None = None) -> Self:
+        """The reservation label (and annotation) alone, without Signal's taint: what the Node's
+        own kubelet can write."""
         self.label(keys.RESERVED_BY_LABEL, run_uid)
         if detail is not None:
             self.annotation(keys.RESERVATION_ANNOTATION, detail if isinstance(detail, str) else json.dumps(detail))
@@ -83,6 +93,9 @@ class NodeBuilder:
         return self.taint(UNSCHEDULABLE_TAINT_KEY)
 
     def signal_taint(self, run_uid: str) -> Self:
+        taint = {"key": RESERVED_TAINT_KEY, "effect": "NoSchedule", "value": run_uid}
+        if taint in (self.obj["spec"].get("taints") or []):
+            return self
         return self.taint(RESERVED_TAINT_KEY, run_uid)
 
     # -- status --------------------------------------------------------------------------

@@ -42,6 +42,7 @@ def model(result: Result) -> RunnerResult:
         started_at=result.started_at,
         finished_at=result.finished_at,
         launcher=None if result.launcher is None else launcher_model(result.launcher),
+        script_digest=result.script_digest,
     )
 
 
@@ -78,4 +79,5 @@ def plain(result: RunnerResult) -> Result:
             rank_table=tuple(report.rank_table),
             mpirun_exit_code=report.mpirun_exit_code,
         ),
+        script_digest=result.script_digest,
     )

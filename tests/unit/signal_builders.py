@@ -20,6 +20,8 @@ SNAPSHOT = f"{RUN_NAME}-snapshot"
 EMPTY_DIGEST = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 T1 = datetime(2025, 1, 2, 3, 5, 5, tzinfo=UTC)
+SCRIPT_DIGEST = "sha256:" + "5c" * 32
+"""What the tests' runners report having executed, and the tests' snapshots' script digest."""
 
 
 def check_doc(**overrides: Any) -> Obj:
@@ -87,6 +89,7 @@ def make_result(
     launcher: LauncherReport | None = None,
     stdout: Output | None = None,
     stderr: Output | None = None,
+    script_digest: str | None = SCRIPT_DIGEST,
 ) -> RunnerResult:
     return RunnerResult(
         verdict=verdict,
@@ -100,6 +103,7 @@ def make_result(
         started_at=T0,
         finished_at=T1,
         launcher=launcher,
+        script_digest=script_digest,
     )
 
 

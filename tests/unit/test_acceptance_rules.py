@@ -72,6 +72,7 @@ def mpi_evidence(run: Obj, index: int = 0, verdicts: dict[int, str] | None = Non
     for w in doc["results"]["workloads"]:
         w["role"] = "worker"
         w["name"] = w["name"].replace("-p", "-worker-")
+        w["owners"] = eb.mpi_chain(run, "mpijob-uid")
     for p in doc["results"]["participants"]:
         p["workload"] = p["workload"].replace("-p", "-worker-")
     doc["results"]["workloads"] += [
@@ -81,8 +82,15 @@ def mpi_evidence(run: Obj, index: int = 0, verdicts: dict[int, str] | None = Non
             "uid": "launcher-uid",
             "nodeName": LAUNCHER_NODE,
             "role": "launcher",
+            "owners": eb.mpi_chain(run, "mpijob-uid", launcher=True),
         },
-        {"kind": "MPIJob", "name": f"r1-c{index}", "uid": "mpijob-uid", "role": "mpijob"},
+        {
+            "kind": "MPIJob",
+            "name": f"r1-c{index}",
+            "uid": "mpijob-uid",
+            "role": "mpijob",
+            "owners": [eb.run_link(run)],
+        },
     ]
     doc["cleanup"]["deleted"] = copy.deepcopy(doc["results"]["workloads"])
     return eb.seal(doc)
@@ -428,6 +436,8 @@ def pernode_evidence(run: Obj, verdicts: dict[int, str] | None = None, launcher_
     """Valid perNode evidence: per participant an MPIJob, its worker and its own launcher."""
     doc = plain(mpi_evidence(run, verdicts=verdicts))
     workloads = [w for w in doc["results"]["workloads"] if w["role"] == "worker"]
+    for w in workloads:
+        w["owners"] = eb.mpi_chain(run, f"mpijob-uid-{w['participantIndex']}")
     for i, node in enumerate(launcher_nodes if launcher_nodes is not None else range(len(NODES))):
         workloads += [
             {
@@ -437,6 +447,7 @@ def pernode_evidence(run: Obj, verdicts: dict[int, str] | None = None, launcher_
                 "nodeName": NODES[node],
                 "participantIndex": i,
                 "role": "launcher",
+                "owners": eb.mpi_chain(run, f"mpijob-uid-{i}", launcher=True),
             },
             {
                 "kind": "MPIJob",
@@ -444,6 +455,7 @@ def pernode_evidence(run: Obj, verdicts: dict[int, str] | None = None, launcher_
                 "uid": f"mpijob-uid-{i}",
                 "participantIndex": i,
                 "role": "mpijob",
+                "owners": [eb.run_link(run)],
             },
         ]
     doc["results"]["workloads"] = workloads

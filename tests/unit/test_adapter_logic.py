@@ -23,6 +23,7 @@ from tests.unit.signal_builders import (
     NAMESPACE,
     RUN_NAME,
     RUN_UID,
+    SCRIPT_DIGEST,
     SNAPSHOT,
     Obj,
     check_doc,
@@ -639,7 +640,7 @@ def verdicts(results: list[ParticipantResult]) -> list[tuple[int, Verdict, str]]
 
 def test_collect_pods_happy_path() -> None:
     pods = [participant_pod(0, measurements={"bw": 2.5}), participant_pod(1)]
-    results = collect_pods(PARTICIPANTS, pods)
+    results = collect_pods(PARTICIPANTS, pods, script=SCRIPT_DIGEST)
     assert verdicts(results) == [(0, PASS, "Pass reason"), (1, PASS, "Pass reason")]
     first = results[0]
     assert first.node_name == "gpu-000"
@@ -652,12 +653,16 @@ def test_collect_pods_happy_path() -> None:
 
 
 def test_collect_pods_orders_by_participant_index() -> None:
-    results = collect_pods(tuple(reversed(PARTICIPANTS)), [participant_pod(1), participant_pod(0)])
+    results = collect_pods(
+        tuple(reversed(PARTICIPANTS)), [participant_pod(1), participant_pod(0)], script=SCRIPT_DIGEST
+    )
     assert [r.index for r in results] == [0, 1]
 
 
 def test_collect_pods_fail_stays_fail() -> None:
-    results = collect_pods(PARTICIPANTS, [participant_pod(0), participant_pod(1, verdict=FAIL, exit_code=1)])
+    results = collect_pods(
+        PARTICIPANTS, [participant_pod(0), participant_pod(1, verdict=FAIL, exit_code=1)], script=SCRIPT_DIGEST
+    )
     assert verdicts(results) == [(0, PASS, "Pass reason"), (1, FAIL, "Fail reason")]
     assert results[1].exit_code == 1
 
@@ -671,7 +676,9 @@ def test_collect_pods_fail_stays_fail() -> None:
     ],
 )
 def test_collect_pods_fail_is_never_upgraded(pod_kwargs: Obj) -> None:
-    (result, _) = collect_pods(PARTICIPANTS, [participant_pod(0, **pod_kwargs), participant_pod(1)])
+    (result, _) = collect_pods(
+        PARTICIPANTS, [participant_pod(0, **pod_kwargs), participant_pod(1)], script=SCRIPT_DIGEST
+    )
     assert result.verdict == FAIL
 
 
@@ -703,7 +710,7 @@ def test_collect_pods_inconsistent_pass_is_inconclusive(pod_kwargs: Obj) -> None
         pod = participant_pod(0, result=result)
     else:
         pod = participant_pod(0, **kwargs)
-    (result0, _) = collect_pods(PARTICIPANTS, [pod, participant_pod(1)])
+    (result0, _) = collect_pods(PARTICIPANTS, [pod, participant_pod(1)], script=SCRIPT_DIGEST)
     assert result0.verdict == INCONCLUSIVE
     assert result0.reason.startswith("InconsistentResult")
 
@@ -768,7 +775,7 @@ def set_phase(pod: Obj, phase: str) -> Obj:
     ],
 )
 def test_collect_pods_inconclusive(pods: list[Obj], expected: tuple[int, Verdict, str]) -> None:
-    results = collect_pods(PARTICIPANTS, pods)
+    results = collect_pods(PARTICIPANTS, pods, script=SCRIPT_DIGEST)
     assert len(results) == 2
     assert verdicts(results)[0] == expected
     assert results[0].exit_code is None
@@ -776,16 +783,18 @@ def test_collect_pods_inconclusive(pods: list[Obj], expected: tuple[int, Verdict
 
 
 def test_collect_pods_a_hostile_message_spoils_only_its_own_participant() -> None:
-    results = collect_pods(PARTICIPANTS, [participant_pod(0, message=NESTED), participant_pod(1)])
+    results = collect_pods(PARTICIPANTS, [participant_pod(0, message=NESTED), participant_pod(1)], script=SCRIPT_DIGEST)
     assert verdicts(results) == [(0, INCONCLUSIVE, "MalformedResult"), (1, PASS, "Pass reason")]
     assert "nested too deeply" in results[0].reason
     assert results[0].workload == f"{RUN_NAME}-c0-p0"
 
 
 def test_collect_pods_keeps_the_workload_name_of_a_bad_pod() -> None:
-    (result, _) = collect_pods(PARTICIPANTS, [participant_pod(0, message="oops"), participant_pod(1)])
+    (result, _) = collect_pods(
+        PARTICIPANTS, [participant_pod(0, message="oops"), participant_pod(1)], script=SCRIPT_DIGEST
+    )
     assert (result.workload, result.workload_uid) == (f"{RUN_NAME}-c0-p0", "pod-uid-0")
-    (result, _) = collect_pods(PARTICIPANTS, [participant_pod(1)])
+    (result, _) = collect_pods(PARTICIPANTS, [participant_pod(1)], script=SCRIPT_DIGEST)
     assert (result.workload, result.workload_uid) == (None, None)
 
 
@@ -793,14 +802,14 @@ def test_collect_pods_duplicate_claim() -> None:
     # Participant 1's Pod reports participant 0's identity (a copied or replayed message).
     victim = participant_pod(0)
     impostor = participant_pod(1, message=victim["status"]["containerStatuses"][0]["state"]["terminated"]["message"])
-    results = collect_pods(PARTICIPANTS, [victim, impostor])
+    results = collect_pods(PARTICIPANTS, [victim, impostor], script=SCRIPT_DIGEST)
     assert verdicts(results) == [(0, INCONCLUSIVE, "DuplicateResult"), (1, INCONCLUSIVE, "ForeignResult")]
 
 
 def test_collect_pods_duplicate_index_claim_from_another_pod() -> None:
     victim = participant_pod(0)
     impostor = participant_pod(1, claims={"index": 0})  # claims index 0 with its own uid
-    results = collect_pods(PARTICIPANTS, [victim, impostor])
+    results = collect_pods(PARTICIPANTS, [victim, impostor], script=SCRIPT_DIGEST)
     assert results[0].verdict == INCONCLUSIVE
     assert results[0].reason.startswith("DuplicateResult")
     assert results[1].verdict == INCONCLUSIVE
@@ -808,19 +817,21 @@ def test_collect_pods_duplicate_index_claim_from_another_pod() -> None:
 
 def test_collect_pods_ignores_pods_without_a_numeric_participant_label() -> None:
     stray = make_pod("stray", "stray-uid", "gpu-000", labels={keys.PARTICIPANT_LABEL: "zero"}, phase="Running")
-    results = collect_pods(PARTICIPANTS, [stray, participant_pod(0), participant_pod(1)])
+    results = collect_pods(PARTICIPANTS, [stray, participant_pod(0), participant_pod(1)], script=SCRIPT_DIGEST)
     assert [r.verdict for r in results] == [PASS, PASS]
 
 
 def test_collect_pods_replayed_result_in_an_unlabelled_pod_still_counts_as_a_claim() -> None:
     replay = renamed(participant_pod(0), "stray", "stray-uid")
     replay["metadata"]["labels"][keys.PARTICIPANT_LABEL] = "zero"
-    results = collect_pods(PARTICIPANTS, [replay, participant_pod(0), participant_pod(1)])
+    results = collect_pods(PARTICIPANTS, [replay, participant_pod(0), participant_pod(1)], script=SCRIPT_DIGEST)
     assert verdicts(results) == [(0, INCONCLUSIVE, "DuplicateResult"), (1, PASS, "Pass reason")]
 
 
 def test_collect_pods_fail_from_a_foreign_pod_is_not_fail() -> None:
-    results = collect_pods(PARTICIPANTS, [participant_pod(0, verdict=FAIL, pod_uid="x"), participant_pod(1)])
+    results = collect_pods(
+        PARTICIPANTS, [participant_pod(0, verdict=FAIL, pod_uid="x"), participant_pod(1)], script=SCRIPT_DIGEST
+    )
     assert results[0].verdict == INCONCLUSIVE
 
 
@@ -903,7 +914,9 @@ def launcher_pod(
 
 
 def test_collect_mpi_pass() -> None:
-    results, launcher, why = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [launcher_pod([0, 0])])
+    results, launcher, why = collect_mpi(
+        PARTICIPANTS, [worker(0), worker(1)], [launcher_pod([0, 0])], script=SCRIPT_DIGEST
+    )
     assert verdicts(results) == [(0, PASS, "Succeeded"), (1, PASS, "Succeeded")]
     assert [r.exit_code for r in results] == [0, 0]
     assert [r.workload for r in results] == [f"{JOB}-worker-0", f"{JOB}-worker-1"]
@@ -917,7 +930,7 @@ def test_collect_mpi_pass() -> None:
 def test_collect_mpi_matches_workers_by_node_not_name_order() -> None:
     # Worker 0 landed on participant 1's Node and vice versa: each participant gets its own Node's rank.
     workers = [worker(0, node="gpu-001"), worker(1, node="gpu-000")]
-    results, _, _ = collect_mpi(PARTICIPANTS, workers, [launcher_pod([5, 0])])
+    results, _, _ = collect_mpi(PARTICIPANTS, workers, [launcher_pod([5, 0])], script=SCRIPT_DIGEST)
     assert verdicts(results) == [(0, INCONCLUSIVE, "Launcher"), (1, FAIL, "Failed")]
     assert results[1].workload == f"{JOB}-worker-0"
     assert results[1].reason == "Failed: rank 0 exited 5"
@@ -925,14 +938,18 @@ def test_collect_mpi_matches_workers_by_node_not_name_order() -> None:
 
 def test_collect_mpi_a_rank_with_insufficient_evidence_is_not_a_failure() -> None:
     # Exit 3: the script's "my evidence is insufficient"; nobody is failed, nobody passes.
-    results, launcher, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [launcher_pod([0, 3])])
+    results, launcher, _ = collect_mpi(
+        PARTICIPANTS, [worker(0), worker(1)], [launcher_pod([0, 3])], script=SCRIPT_DIGEST
+    )
     assert verdicts(results) == [(0, INCONCLUSIVE, "Launcher"), (1, INCONCLUSIVE, "Launcher")]
     assert launcher is not None
     assert launcher.verdict == INCONCLUSIVE
 
 
 def test_collect_mpi_a_failing_rank_fails_its_participant_only() -> None:
-    results, launcher, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [launcher_pod([0, 2])])
+    results, launcher, _ = collect_mpi(
+        PARTICIPANTS, [worker(0), worker(1)], [launcher_pod([0, 2])], script=SCRIPT_DIGEST
+    )
     assert verdicts(results) == [(0, INCONCLUSIVE, "Launcher"), (1, FAIL, "Failed")]
     assert results[1].reason == "Failed: rank 1 exited 2"
     assert launcher is not None
@@ -943,7 +960,9 @@ def test_collect_mpi_missing_rank() -> None:
     report = launcher_report([0, 0])
     verdict, reason, full = report
     partial = full.model_copy(update={"rank_table": full.rank_table[:1]})
-    results, _, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [launcher_pod(report=(verdict, reason, partial))])
+    results, _, _ = collect_mpi(
+        PARTICIPANTS, [worker(0), worker(1)], [launcher_pod(report=(verdict, reason, partial))], script=SCRIPT_DIGEST
+    )
     assert verdicts(results)[1] == (1, INCONCLUSIVE, "MissingRank")
 
 
@@ -954,7 +973,10 @@ def test_collect_mpi_launcher_inconclusive_makes_passing_ranks_inconclusive() ->
     verdict, reason, report = mpi.evaluate_launcher(hosts, mpi.reports_in(lines, key), 1, False)
     assert verdict == INCONCLUSIVE
     results, _, _ = collect_mpi(
-        PARTICIPANTS, [worker(0), worker(1)], [launcher_pod(report=(verdict, reason, launcher_model(report)))]
+        PARTICIPANTS,
+        [worker(0), worker(1)],
+        [launcher_pod(report=(verdict, reason, launcher_model(report)))],
+        script=SCRIPT_DIGEST,
     )
     assert verdicts(results) == [(0, INCONCLUSIVE, "Launcher"), (1, INCONCLUSIVE, "Launcher")]
     assert "LauncherFailed" in results[0].reason
@@ -990,7 +1012,7 @@ def test_collect_mpi_launcher_inconclusive_makes_passing_ranks_inconclusive() ->
     ],
 )
 def test_collect_mpi_without_a_trusted_launcher(launchers: list[Obj], why: str) -> None:
-    results, launcher, got = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], launchers)
+    results, launcher, got = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], launchers, script=SCRIPT_DIGEST)
     assert launcher is None
     assert got.startswith(why)
     assert [r.verdict for r in results] == [INCONCLUSIVE, INCONCLUSIVE]
@@ -999,7 +1021,9 @@ def test_collect_mpi_without_a_trusted_launcher(launchers: list[Obj], why: str) 
 
 
 def test_collect_mpi_failing_rank_without_a_trusted_launcher_is_not_fail() -> None:
-    results, _, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [launcher_pod([0, 1], result_uid="x")])
+    results, _, _ = collect_mpi(
+        PARTICIPANTS, [worker(0), worker(1)], [launcher_pod([0, 1], result_uid="x")], script=SCRIPT_DIGEST
+    )
     assert [r.verdict for r in results] == [INCONCLUSIVE, INCONCLUSIVE]
 
 
@@ -1022,12 +1046,14 @@ def test_collect_mpi_failing_rank_without_a_trusted_launcher_is_not_fail() -> No
     ids=["missing-worker", "two-on-one-node", "extra-on-node", "other-node", "unscheduled", "no-workers"],
 )
 def test_collect_mpi_worker_placement(workers: list[Obj], expected: list[tuple[int, Verdict, str]]) -> None:
-    results, _, _ = collect_mpi(PARTICIPANTS, workers, [launcher_pod([0, 0])])
+    results, _, _ = collect_mpi(PARTICIPANTS, workers, [launcher_pod([0, 0])], script=SCRIPT_DIGEST)
     assert verdicts(results) == expected
 
 
 def test_collect_mpi_worker_whose_name_reported_no_rank() -> None:
-    results, _, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1, name="renamed-worker")], [launcher_pod([0, 0])])
+    results, _, _ = collect_mpi(
+        PARTICIPANTS, [worker(0), worker(1, name="renamed-worker")], [launcher_pod([0, 0])], script=SCRIPT_DIGEST
+    )
     assert verdicts(results)[1] == (1, INCONCLUSIVE, "MissingRank")
 
 
@@ -1036,5 +1062,5 @@ def test_collect_mpi_inconsistent_launcher_pass_is_not_pass(phase: str, exit_cod
     pod = launcher_pod([0, 0])
     pod["status"]["phase"] = phase
     pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] = exit_code
-    results, _, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [pod])
+    results, _, _ = collect_mpi(PARTICIPANTS, [worker(0), worker(1)], [pod], script=SCRIPT_DIGEST)
     assert [r.verdict for r in results] == [INCONCLUSIVE, INCONCLUSIVE]

@@ -14,7 +14,15 @@ from adapter.workflow_template import build_workflow_template
 from shared import keys
 from shared.result import LauncherReport, RankResult
 from shared.run import Verdict
-from tests.unit.signal_builders import RUN_UID, make_inputs, make_pod, make_result, message_of, participants
+from tests.unit.signal_builders import (
+    RUN_UID,
+    SCRIPT_DIGEST,
+    make_inputs,
+    make_pod,
+    make_result,
+    message_of,
+    participants,
+)
 
 Obj = dict[str, Any]
 GPU_TAINT = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -64,6 +72,30 @@ def test_a_kueue_queued_pod_is_placed_by_node_affinity_never_node_name() -> None
     plain = workloads.backend_pod(make_inputs(2), 1, "gpu-001", "img")
     assert plain["spec"]["nodeName"] == "gpu-001"
     assert "affinity" not in plain["spec"]
+
+
+@pytest.mark.parametrize(
+    ("count", "workload", "grouped"),
+    [
+        pytest.param(2, {"kueueQueueName": "gpu"}, True, id="two participants, a queue: one pod group"),
+        pytest.param(3, {"kueueQueueName": "gpu"}, True, id="three participants"),
+        pytest.param(1, {"kueueQueueName": "gpu"}, False, id="one participant: no group needed"),
+        pytest.param(2, {}, False, id="no queue: Kueue is not involved"),
+    ],
+)
+def test_a_queued_multi_participant_pod_check_is_one_kueue_pod_group(count: int, workload: Obj, grouped: bool) -> None:
+    inputs = make_inputs(count, workload=workload)
+    pods = [workloads.backend_pod(inputs, i, f"gpu-{i:03d}", "img") for i in range(count)]
+    groups = {p["metadata"]["labels"].get(workloads.KUEUE_POD_GROUP_LABEL) for p in pods}
+    counts = {(p["metadata"].get("annotations") or {}).get(workloads.KUEUE_POD_GROUP_COUNT) for p in pods}
+    if grouped:
+        assert groups == {f"sig-{RUN_UID}-c{inputs.check_index}"}, "one group for every Pod of the check"
+        assert counts == {str(count)}, "Kueue admits the group when all its Pods fit"
+    else:
+        assert groups == {None}
+        assert counts == {None}
+        assert all("annotations" not in p["metadata"] for p in pods)
+    assert workloads.pod_group(make_inputs(2, backend="MPIJob", workload={"kueueQueueName": "q"})) is None
 
 
 def test_pernode_is_the_default_one_launcher_worker_pair_per_participant_on_its_node() -> None:
@@ -151,14 +183,18 @@ def test_crossnode_ranks_are_bound_to_the_participant_whose_worker_ran_them() ->
     hosts = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
     ranks = [(0, hosts[0], 0), (1, hosts[1], 0), (2, hosts[0], 0), (3, hosts[1], 0)]
     workers = [worker(hosts[0], "gpu-000", "w0"), worker(hosts[1], "gpu-001", "w1")]
-    results, report, _ = collect_mpi(participants(2), workers, [launcher(JOB, TRUSTED, ranks, hosts, 4)], 2)
+    results, report, _ = collect_mpi(
+        participants(2), workers, [launcher(JOB, TRUSTED, ranks, hosts, 4)], 2, script=SCRIPT_DIGEST
+    )
     assert report is not None
     assert [(r.index, r.verdict, r.reason) for r in results] == [
         (0, Verdict.PASS, "Succeeded: rank(s) 0, 2 exited 0"),
         (1, Verdict.PASS, "Succeeded: rank(s) 1, 3 exited 0"),
     ]
     failing = [(0, hosts[0], 0), (1, hosts[1], 0), (2, hosts[0], 0), (3, hosts[1], 9)]
-    results, _, _ = collect_mpi(participants(2), workers, [launcher(JOB, TRUSTED, failing, hosts, 4)], 2)
+    results, _, _ = collect_mpi(
+        participants(2), workers, [launcher(JOB, TRUSTED, failing, hosts, 4)], 2, script=SCRIPT_DIGEST
+    )
     assert [(r.verdict, r.reason) for r in results] == [
         (Verdict.INCONCLUSIVE, f"Launcher: {Verdict.FAIL.value} reason"),
         (Verdict.FAIL, "Failed: rank 3 exited 9"),
@@ -170,7 +206,9 @@ def test_a_participant_with_fewer_ranks_than_slots_is_never_pass() -> None:
     # The launcher claims Pass, but worker 1 ran one rank of two: its participant is not proven.
     ranks = [(0, hosts[0], 0), (1, hosts[1], 0), (2, hosts[0], 0), (3, hosts[0], 0)]
     workers = [worker(hosts[0], "gpu-000", "w0"), worker(hosts[1], "gpu-001", "w1")]
-    results, _, _ = collect_mpi(participants(2), workers, [launcher(JOB, TRUSTED, ranks, hosts, 4)], 2)
+    results, _, _ = collect_mpi(
+        participants(2), workers, [launcher(JOB, TRUSTED, ranks, hosts, 4)], 2, script=SCRIPT_DIGEST
+    )
     assert results[1].verdict == Verdict.INCONCLUSIVE
     assert results[1].reason == "MissingRank: 1 of 2 ranks reported from it"
 
@@ -190,6 +228,7 @@ def test_pernode_each_participant_gets_its_verdict_from_its_own_launcher(failing
             [launcher(job, p.node_name, ranks, [host], 4)],
             4,
             scope="perNode",
+            script=SCRIPT_DIGEST,
         )
         results += [with_launcher_output(r, report) for r in own]
     expected = [Verdict.PASS, Verdict.FAIL if failing == 1 else Verdict.PASS]
@@ -236,13 +275,13 @@ def test_a_crossnode_launcher_on_a_participants_node_certifies_no_one(node: str)
     hosts = [f"{JOB}-worker-0", f"{JOB}-worker-1"]
     workers = [worker(hosts[0], "gpu-000", "w0"), worker(hosts[1], "gpu-001", "w1")]
     forged = launcher(JOB, node, [(0, hosts[0], 0), (1, hosts[1], 0)], hosts, 2)
-    results, report, why = collect_mpi(participants(2), workers, [forged])
+    results, report, why = collect_mpi(participants(2), workers, [forged], script=SCRIPT_DIGEST)
     assert report is None
     assert why.startswith("UntrustedLauncher: ")
     assert [(r.verdict, r.reason) for r in results] == [(Verdict.INCONCLUSIVE, why)] * 2
     # The same report from a launcher on a Node that is not under test counts.
     trusted = launcher(JOB, TRUSTED, [(0, hosts[0], 0), (1, hosts[1], 0)], hosts, 2)
-    results, report, why = collect_mpi(participants(2), workers, [trusted])
+    results, report, why = collect_mpi(participants(2), workers, [trusted], script=SCRIPT_DIGEST)
     assert report is not None
     assert why == ""
     assert [r.verdict for r in results] == [Verdict.PASS, Verdict.PASS]
@@ -254,11 +293,15 @@ def test_a_pernode_launcher_counts_only_on_its_own_participants_node() -> None:
     host = f"{job}-worker-0"
     ranks = [(0, host, 0)]
     elsewhere = launcher(job, p0.node_name, ranks, [host], 1)
-    results, report, why = collect_mpi((p1,), [worker(host, p1.node_name, "w1")], [elsewhere], scope="perNode")
+    results, report, why = collect_mpi(
+        (p1,), [worker(host, p1.node_name, "w1")], [elsewhere], scope="perNode", script=SCRIPT_DIGEST
+    )
     assert report is None
     assert why.startswith("UntrustedLauncher: ")
     assert results[0].verdict == Verdict.INCONCLUSIVE
     own = launcher(job, p1.node_name, ranks, [host], 1)
-    results, report, _ = collect_mpi((p1,), [worker(host, p1.node_name, "w1")], [own], scope="perNode")
+    results, report, _ = collect_mpi(
+        (p1,), [worker(host, p1.node_name, "w1")], [own], scope="perNode", script=SCRIPT_DIGEST
+    )
     assert report is not None
     assert results[0].verdict == Verdict.PASS

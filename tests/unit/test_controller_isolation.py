@@ -69,6 +69,7 @@ class Scripted(Controller):
         self.outcomes = list(outcomes)
         self.calls = 0
         self.ends: list[tuple[Key, str]] = []
+        self.reports: list[tuple[Key, int]] = []
 
     async def reconcile(self, key: Key, *, resync: bool) -> Result:
         self.calls += 1
@@ -80,6 +81,9 @@ class Scripted(Controller):
     async def end(self, key: Key, reason: str, message: str) -> Result:
         self.ends.append((key, reason))
         return Terminal(reason, message)
+
+    async def report(self, key: Key, failures: int, exc: BaseException) -> None:
+        self.reports.append((key, failures))
 
 
 async def drive(controller: Scripted, clock: Clock, *, until: float = 1000.0) -> list[float]:
@@ -142,6 +146,25 @@ async def test_outcomes(outcomes: list[Any], times: list[float], ended: bool) ->
     assert await drive(controller, clock) == pytest.approx(times)
     assert bool(controller.ends) is ended
     assert not controller.queue.processing()
+
+
+async def test_a_failing_run_is_reported_at_its_first_second_fourth_failure() -> None:
+    """controller/failing.py: the streak reported on the Run and in an Event at 1, 2, 4, 8..."""
+    clock = Clock()
+    controller = Scripted([TransportError("refused", "GET", "/x")] * 9 + [Done()], clock)
+    await drive(controller, clock)
+    assert controller.reports == [(RUN, 1), (RUN, 2), (RUN, 4), (RUN, 8)]
+
+
+async def test_a_pass_that_waits_for_the_cache_does_not_end_a_failure_streak() -> None:
+    """``RequeueAfter(progress=False)`` (the cached Run predates the controller's own write):
+    the backoff and the count go on, so the next failure is the 3rd, not a new 1st."""
+    clock = Clock()
+    failure = TransportError("refused", "GET", "/x")
+    controller = Scripted([failure, failure, RequeueAfter(0.1, progress=False), failure, Done()], clock)
+    await drive(controller, clock)
+    assert controller.reports == [(RUN, 1), (RUN, 2)], "the 3rd failure is not announced"
+    assert controller.queue.failures(RUN) == 0, "forgotten after the real success"
 
 
 async def test_conflicts_requeue_promptly_with_a_growing_small_delay() -> None:

@@ -309,7 +309,11 @@ def test_snapshot_manifest(source: dict[str, Any], copied: dict[str, Any]) -> No
         "metadata": {
             "name": "gpu-basic-0123456789-0-scripts",
             "namespace": "signal-system",
-            "labels": {keys.RUN_NAME_LABEL: "gpu-basic-0123456789-0", keys.RUN_UID_LABEL: "run-uid-1"},
+            "labels": {
+                keys.RUN_NAME_LABEL: "gpu-basic-0123456789-0",
+                keys.RUN_UID_LABEL: "run-uid-1",
+                keys.COMPONENT_LABEL: "scripts",
+            },
             "ownerReferences": [OWNER],
         },
         "immutable": True,
@@ -456,7 +460,7 @@ OURS = "run-uid-1"
     "node",
     [
         pytest.param(make_node("n"), id="a Node nobody holds"),
-        pytest.param(make_node("n").reserved_by("other-uid").signal_taint("other-uid"), id="held by another Run"),
+        pytest.param(make_node("n").reservation_label("other-uid").signal_taint("other-uid"), id="held by another Run"),
         pytest.param(make_node("n").unschedulable().cordon_taint(), id="cordoned by an operator only"),
         pytest.param(make_node("n").taint(RESERVED_TAINT_KEY), id="Signal taint with no value"),
     ],
@@ -469,13 +473,17 @@ def test_release_patch_of_a_node_not_held_by_the_run(node: NodeBuilder) -> None:
     ("node", "taints", "clears_reservation"),
     [
         pytest.param(
-            make_node("n").reserved_by(OURS, {"index": 0}).signal_taint(OURS),
+            make_node("n").reservation_label(OURS, {"index": 0}).signal_taint(OURS),
             None,
             True,
             id="label and taint: both removed, no taints left",
         ),
         pytest.param(
-            make_node("n").reserved_by(OURS).taint("ops.example/maintenance", "x").signal_taint(OURS).cordon_taint(),
+            make_node("n")
+            .reservation_label(OURS)
+            .taint("ops.example/maintenance", "x")
+            .signal_taint(OURS)
+            .cordon_taint(),
             [
                 {"key": "ops.example/maintenance", "value": "x", "effect": "NoSchedule"},
                 {"key": UNSCHEDULABLE_TAINT_KEY, "effect": "NoSchedule"},
@@ -484,7 +492,7 @@ def test_release_patch_of_a_node_not_held_by_the_run(node: NodeBuilder) -> None:
             id="an operator's taints (including the cordon taint) stay",
         ),
         pytest.param(
-            make_node("n").reserved_by(OURS).unschedulable().signal_taint(OURS),
+            make_node("n").reservation_label(OURS).unschedulable().signal_taint(OURS),
             None,
             True,
             id="an operator's spec.unschedulable is not touched",
@@ -496,19 +504,19 @@ def test_release_patch_of_a_node_not_held_by_the_run(node: NodeBuilder) -> None:
             id="taint only (label already gone): taint removed, label untouched",
         ),
         pytest.param(
-            make_node("n").reserved_by(OURS),
+            make_node("n").reservation_label(OURS),
             None,
             True,
             id="label only (taint already gone): reservation cleared",
         ),
         pytest.param(
-            make_node("n").reserved_by(OURS).signal_taint("other-uid"),
+            make_node("n").reservation_label(OURS).signal_taint("other-uid"),
             [{"key": RESERVED_TAINT_KEY, "value": "other-uid", "effect": "NoSchedule"}],
             True,
             id="another Run's Signal taint stays",
         ),
         pytest.param(
-            make_node("n").reserved_by("other-uid").signal_taint(OURS),
+            make_node("n").reservation_label("other-uid").signal_taint(OURS),
             None,
             False,
             id="our stale taint on a Node another Run labelled: only our taint goes",
@@ -531,7 +539,7 @@ def test_release_patch(node: NodeBuilder, taints: list[dict[str, str]] | None, c
 
 
 def test_release_patch_does_not_mutate_the_node() -> None:
-    raw = make_node("n").reserved_by(OURS).signal_taint(OURS).taint("a", "b").build()
+    raw = make_node("n").reservation_label(OURS).signal_taint(OURS).taint("a", "b").build()
     before = json.dumps(raw, sort_keys=True)
     release_patch(raw, OURS)
     assert json.dumps(raw, sort_keys=True) == before
@@ -561,9 +569,9 @@ def test_reserve_then_release_restores_the_operator_taints() -> None:
 def test_release_patch_of_a_node_whose_kubelet_rewrote_the_reservation(annotation: str) -> None:
     """The reservation annotation is on the Node, which its kubelet may write: whatever it holds,
     the release is made (no request to give back), never an exception that stops the group's."""
-    raw = make_node("n").reserved_by(OURS).signal_taint(OURS).build()
+    raw = make_node("n").reservation_label(OURS).signal_taint(OURS).build()
     raw["metadata"].setdefault("annotations", {})[keys.RESERVATION_ANNOTATION] = annotation
-    patch = release_patch(raw, OURS, restore_request=True)
+    patch = release_patch(raw, OURS)
     assert patch is not None
     assert patch["metadata"]["labels"] == {keys.RESERVED_BY_LABEL: None}
     assert patch["spec"] == {"taints": None}

@@ -291,7 +291,7 @@ _DETAIL = {"run": "p-abc-0", "namespace": "signal-system", "uid": "ru-1", "index
     ],
 )
 def test_parse_reservation(labels: dict[str, str], annotations: dict[str, str], expected: Reservation | None) -> None:
-    assert parse_reservation(labels, annotations) == expected
+    assert parse_reservation(labels, annotations, labels.get(keys.RESERVED_BY_LABEL)) == expected
 
 
 @pytest.mark.parametrize(
@@ -300,7 +300,29 @@ def test_parse_reservation(labels: dict[str, str], annotations: dict[str, str], 
 )
 def test_malformed_index_does_not_crash(index: str) -> None:
     annotations = {keys.RESERVATION_ANNOTATION: json.dumps({"index": index})}
-    assert parse_reservation({keys.RESERVED_BY_LABEL: "ru-1"}, annotations) == Reservation("ru-1")
+    assert parse_reservation({keys.RESERVED_BY_LABEL: "ru-1"}, annotations, "ru-1") == Reservation("ru-1")
+
+
+@pytest.mark.parametrize(
+    ("taint_uid", "expected"),
+    [
+        pytest.param(None, None, id="no Signal taint: the kubelet-writable label reserves nothing"),
+        pytest.param("ru-2", None, id="the taint names another Run"),
+        pytest.param("", None, id="an empty taint value"),
+        pytest.param("ru-1", Reservation("ru-1", "r", "ns", 0), id="label and taint name the same Run"),
+    ],
+)
+def test_a_reservation_needs_signals_taint(taint_uid: str | None, expected: Reservation | None) -> None:
+    annotations = {keys.RESERVATION_ANNOTATION: json.dumps({"run": "r", "namespace": "ns", "index": 0})}
+    assert parse_reservation({keys.RESERVED_BY_LABEL: "ru-1"}, annotations, taint_uid) == expected
+
+
+def test_a_reservation_label_alone_is_stray() -> None:
+    forged = make_node("n").reservation_label("ru-9", {"run": "r", "namespace": "elsewhere", "index": 0}).view()
+    assert forged.reservation is None
+    assert forged.stray_reservation == "ru-9"
+    real = make_node("n").reserved_by("ru-9", {"run": "r", "namespace": "ns", "index": 0}).view()
+    assert real.stray_reservation is None
 
 
 def test_node_view_carries_the_reservation() -> None:

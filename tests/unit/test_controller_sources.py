@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.sources import SourceCheck, verify_source
+from controller.sources import SourceCheck, parse_source_namespaces, source_namespace_refused, verify_source
 from shared.digests import bundle_digest
 from shared.profile import CertificationProfile
 from tests.builders import SCRIPTS, ProfileBuilder
@@ -186,3 +186,34 @@ def test_mismatch_is_reported_even_for_a_well_formed_other_digest() -> None:
     assert DIGEST in result.message
     assert OTHER_DIGEST in result.message
     assert WHERE in result.message
+
+
+def _in(namespace: str) -> CertificationProfile:
+    return CertificationProfile.model_validate(ProfileBuilder("p").source(namespace=namespace).build())
+
+
+@pytest.mark.parametrize(
+    ("namespace", "allowed", "refused"),
+    [
+        pytest.param("signal-system", (), False, id="the controller's own namespace"),
+        pytest.param("signal-scripts", ("signal-scripts",), False, id="a listed namespace"),
+        pytest.param("kube-system", ("signal-scripts",), True, id="another namespace"),
+        pytest.param("kube-system", (), True, id="nothing listed: only its own"),
+        pytest.param("tenant-a", ("*",), False, id="any namespace, when asked for"),
+    ],
+)
+def test_sources_come_only_from_allowed_namespaces(namespace: str, allowed: tuple[str, ...], refused: bool) -> None:
+    check = source_namespace_refused(_in(namespace), "signal-system", allowed)
+    assert (check is not None) is refused
+    if check is not None:
+        assert check.reason == "SourceNamespaceNotAllowed"
+        assert f"namespace {namespace} is not one of them" in check.message
+        assert "--source-namespaces" in check.message
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [("signal-scripts", ("signal-scripts",)), (" b, a ,,a", ("a", "b")), ("", ()), ("*", ("*",))],
+)
+def test_parse_source_namespaces(text: str, parsed: tuple[str, ...]) -> None:
+    assert parse_source_namespaces(text) == parsed

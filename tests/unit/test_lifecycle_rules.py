@@ -12,7 +12,13 @@ from typing import Any
 import pytest
 
 from controller.accept import reported_digests
-from controller.lifecycle import DEFAULT_KEEP, due_for_recertification, expired_runs, recurrence_interval
+from controller.lifecycle import (
+    DEFAULT_KEEP,
+    due_for_recertification,
+    expired_runs,
+    legacy_requests,
+    recurrence_interval,
+)
 from controller.manifests import release_patch, reservation_patch
 from controller.nextaction import deadline_passed
 from controller.nodes import RESERVED_TAINT_KEY, NodeView, node_view
@@ -64,8 +70,12 @@ DUE_CASES: dict[str, tuple[NodeBuilder, bool]] = {
     "in-the-future": (certified(make_node("n"), ago=-DAY), False),
     "reserved": (certified(make_node("n")).reserved_by("some-run", {"run": "r", "index": 0}), False),
     "signal-tainted": (certified(make_node("n")).signal_taint("some-run"), False),
-    "cordoned-spec": (certified(make_node("n")).unschedulable(), False),
-    "cordoned-taint": (certified(make_node("n")).cordon_taint(), False),
+    # Only what a kubelet cannot write holds recurrence off (issue 42 M-D): its own cordon, a
+    # reservation label without Signal's taint and the old request label do not.
+    "cordoned-spec": (certified(make_node("n")).unschedulable(), True),
+    "cordoned-taint": (certified(make_node("n")).cordon_taint(), True),
+    "reservation-label-alone": (certified(make_node("n")).reservation_label("some-run", {"run": "r"}), True),
+    "old-request-label": (certified(make_node("n")).label(keys.LEGACY_CERTIFY_LABEL, "other"), True),
     "already-requested": (certified(make_node("n")).requested(PROFILE), False),
     "requested-by-other-profile": (certified(make_node("n")).requested("other"), False),
     "never-certified": (make_node("n"), False),
@@ -109,13 +119,21 @@ def test_due_nodes_are_sorted_and_filtered_together() -> None:
         certified(make_node("c")).view(),
         certified(make_node("a")).view(),
         certified(make_node("b"), ago=timedelta(hours=1)).view(),
-        certified(make_node("d")).unschedulable().view(),
+        certified(make_node("d")).signal_taint("some-run").view(),
         certified(make_node("e"), profile="other").view(),
     ]
     assert due(nodes, PROFILE, DAY, NOW) == ["a", "c"]
     assert due(nodes, "other", DAY, NOW) == ["e"]
     assert due(nodes, PROFILE, timedelta(minutes=30), NOW) == ["a", "b", "c"]
     assert due([], PROFILE, DAY, NOW) == []
+
+
+def test_legacy_requests_are_warned_once_per_value() -> None:
+    old = make_node("a").label(keys.LEGACY_CERTIFY_LABEL, PROFILE).view()
+    plain = make_node("b").requested(PROFILE).view()
+    assert legacy_requests([plain, old], {}) == [old]
+    assert legacy_requests([plain, old], {old.uid: PROFILE}) == []
+    assert legacy_requests([plain, old], {old.uid: "another"}) == [old]
 
 
 def test_time_without_offset_is_skipped_not_fatal() -> None:
@@ -290,7 +308,7 @@ def test_release_of_a_node_not_held_is_none() -> None:
     assert release_patch(make_node("n").build(), RUN_UID) is None
     assert release_patch(reserved_node().build(), "another-run") is None
     other = make_node("n").reserved_by("another-run").signal_taint("another-run").build()
-    assert release_patch(other, RUN_UID, restore_request=True, next_attempt=2) is None
+    assert release_patch(other, RUN_UID, restore_request=PROFILE, next_attempt=2) is None
 
 
 def test_plain_release_removes_exactly_signals_reservation() -> None:
@@ -326,7 +344,7 @@ def test_release_removes_the_taints_field_when_nothing_remains() -> None:
 
 def test_release_of_a_node_held_only_by_our_taint() -> None:
     node = make_node("n").resource_version("3").signal_taint(RUN_UID).build()
-    patch = release_patch(node, RUN_UID, restore_request=True, next_attempt=2)
+    patch = release_patch(node, RUN_UID, restore_request=PROFILE, next_attempt=2)
     assert patch == {"metadata": {"resourceVersion": "3"}, "spec": {"taints": None}}
 
 
@@ -338,35 +356,37 @@ def test_release_keeps_another_runs_taint() -> None:
 
 
 RELEASE_CASES = [
-    # id, node, restore, next attempt, restored request label, attempt annotation
-    ("plain", reserved_node(), False, None, None, None),
-    ("attempt-without-restore", reserved_node(), False, 2, None, None),
-    ("restore", reserved_node(), True, None, PROFILE, None),
-    ("retry", reserved_node(), True, 2, PROFILE, f"{PROFILE}:2"),
-    ("retry-attempt-ten", reserved_node(), True, 10, PROFILE, f"{PROFILE}:10"),
-    ("newer-request-wins", reserved_node().requested("other"), True, 2, None, None),
-    ("same-request-present", reserved_node().requested(PROFILE), True, 2, None, None),
-    ("no-request-recorded", reserved_node(request=""), True, 2, None, None),
+    # id, node, profile whose request is restored, next attempt, restored request label, attempt annotation
+    ("plain", reserved_node(), None, None, None, None),
+    ("attempt-without-restore", reserved_node(), None, 2, None, None),
+    ("restore", reserved_node(), PROFILE, None, PROFILE, None),
+    ("retry", reserved_node(), PROFILE, 2, PROFILE, f"{PROFILE}:2"),
+    ("retry-attempt-ten", reserved_node(), PROFILE, 10, PROFILE, f"{PROFILE}:10"),
+    ("newer-request-wins", reserved_node().requested("other"), PROFILE, 2, None, None),
+    ("same-request-present", reserved_node().requested(PROFILE), PROFILE, 2, None, None),
+    # The Run's profile is restored whatever the annotation (the kubelet's to write) says.
+    ("no-request-recorded", reserved_node(request=""), PROFILE, 2, PROFILE, f"{PROFILE}:2"),
+    ("annotation-names-another-profile", reserved_node(request="victim"), PROFILE, None, PROFILE, None),
     (
         "garbled-reservation-annotation",
         make_node("gpu-000").resource_version("5").reserved_by(RUN_UID, "{garbled").signal_taint(RUN_UID),
-        True,
+        PROFILE,
         2,
-        None,
-        None,
+        PROFILE,
+        f"{PROFILE}:2",
     ),
     (
         "reservation-annotation-not-an-object",
         make_node("gpu-000").resource_version("5").reserved_by(RUN_UID, "[1]").signal_taint(RUN_UID),
-        True,
-        2,
+        PROFILE,
         None,
+        PROFILE,
         None,
     ),
     (
         "no-reservation-annotation",
         make_node("gpu-000").resource_version("5").reserved_by(RUN_UID).signal_taint(RUN_UID),
-        True,
+        None,
         2,
         None,
         None,
@@ -379,7 +399,7 @@ RELEASE_CASES = [
     [pytest.param(*case[1:], id=case[0]) for case in RELEASE_CASES],
 )
 def test_release_patch_request_and_attempt(
-    builder: NodeBuilder, restore: bool, attempt: int | None, restored: str | None, annotation: str | None
+    builder: NodeBuilder, restore: str | None, attempt: int | None, restored: str | None, annotation: str | None
 ) -> None:
     node = builder.build()
     patch = release_patch(node, RUN_UID, restore_request=restore, next_attempt=attempt)
@@ -402,7 +422,7 @@ def test_retry_round_trip_reserve_release_reserve() -> None:
     """A retry gives the Node back requested with the next attempt; the next reservation consumes both."""
     node = make_node("gpu-000").requested(PROFILE).build()
     reserved = merge(node, reservation_patch(node, RUN, 0))
-    patch = release_patch(reserved, RUN_UID, restore_request=True, next_attempt=2)
+    patch = release_patch(reserved, RUN_UID, restore_request=PROFILE, next_attempt=2)
     assert patch is not None
     retried = merge(reserved, patch)
     view = node_view(retried)
@@ -419,7 +439,7 @@ def test_retry_round_trip_reserve_release_reserve() -> None:
 def test_rollback_of_a_retry_admission_keeps_its_attempt() -> None:
     node = make_node("gpu-000").requested(PROFILE).annotation(keys.ATTEMPT_ANNOTATION, f"{PROFILE}:2").build()
     reserved = merge(node, reservation_patch(node, RUN, 0))
-    patch = release_patch(reserved, RUN_UID, restore_request=True)
+    patch = release_patch(reserved, RUN_UID, restore_request=PROFILE)
     assert patch is not None
     rolled_back = node_view(merge(reserved, patch))
     assert rolled_back.labels[keys.CERTIFY_LABEL] == PROFILE

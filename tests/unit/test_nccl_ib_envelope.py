@@ -24,13 +24,24 @@ from runner import mpi
 from runner.document import Identity
 from runner.execute import Outcome
 from runner.report import build_result, fit
+from shared import snapshot
 from shared.classify import classify
 from shared.digests import canonical_json, sha256_digest
 from shared.envelope import State, ValidationResult, Verification, derive
-from shared.evidence import CheckEvidence, CheckIdentity, CheckResults, Cleanup, RunIdentity, Workload, check_verdict
+from shared.evidence import (
+    CheckEvidence,
+    CheckIdentity,
+    CheckResults,
+    Cleanup,
+    OwnerLink,
+    RunIdentity,
+    Workload,
+    check_verdict,
+)
 from shared.evidence import to_document as dump
 from shared.run import Participant, Verdict
 from tests import evidence_builders as eb
+from tests.unit.signal_builders import SCRIPT_DIGEST
 from tests.unit.test_envelope_builders import NOW, accepted, make_run, read, stamp
 from tests.unit.test_nccl_ib_example import DATA, nccl
 
@@ -42,8 +53,13 @@ WINDOW = timedelta(days=7)
 SETTINGS = nccl.Settings(threshold_gbps=40.0)
 
 
+NCCL_BUNDLE = {"nccl_ib_allreduce.py": SCRIPT_DIGEST}
+"""The nccl-ib Run's snapshot as the adapter records it (key digests); its source digest follows."""
+
+
 def nccl_run() -> Obj:
     run = make_run()
+    run["spec"]["source"]["digest"] = snapshot.bundle_of_digests(NCCL_BUNDLE)
     run["spec"]["profile"]["name"] = "nccl-ib"
     run["spec"]["checks"] = [
         {
@@ -111,7 +127,9 @@ def mpi_evidence(
             stderr_file=stderr,
             launcher=report,
             verdict=(verdict, reason),
-        )
+        )._replace(script_digest=SCRIPT_DIGEST)
+    # The snapshot the adapter verified: the example's script key, as the runner hashed it.
+    bundle = NCCL_BUNDLE
     message = fit(result)
     assert message is not None
     launcher_pod = {
@@ -134,16 +152,20 @@ def mpi_evidence(
         {"metadata": {"name": hosts[p.index], "uid": f"worker-uid-{p.index}"}, "spec": {"nodeName": p.node_name}}
         for p in placed
     ]
-    results, launcher, _ = collect_mpi(participants, workers, [launcher_pod])
+    results, launcher, _ = collect_mpi(participants, workers, [launcher_pod], script=SCRIPT_DIGEST)
+    run_link = OwnerLink(kind="CertificationRun", name=run["metadata"]["name"], uid=run["metadata"]["uid"])
+    mpijob_link = OwnerLink(kind="MPIJob", name=JOB, uid="mpijob-uid")
+    job_link = OwnerLink(kind="Job", name=f"{JOB}-launcher", uid="job-uid")
     found = [
-        Workload(kind="MPIJob", name=JOB, uid="mpijob-uid", role="mpijob"),
-        Workload(kind="Job", name=f"{JOB}-launcher", uid="job-uid", role="job"),
+        Workload(kind="MPIJob", name=JOB, uid="mpijob-uid", role="mpijob", owners=[run_link]),
+        Workload(kind="Job", name=f"{JOB}-launcher", uid="job-uid", role="job", owners=[mpijob_link, run_link]),
         Workload(
             kind="Pod",
             name=f"{JOB}-launcher-x7k2p",
             uid="launcher-uid",
             node_name=LAUNCHER_NODE,
             role="launcher",
+            owners=[job_link, mpijob_link, run_link],
         ),
         *(
             Workload(
@@ -153,6 +175,7 @@ def mpi_evidence(
                 node_name=w["spec"]["nodeName"],
                 participant_index=p.index,
                 role="worker",
+                owners=[mpijob_link, run_link],
             )
             for w, p in zip(workers, placed, strict=True)
         ),
@@ -167,6 +190,8 @@ def mpi_evidence(
             backend="MPIJob",
             script_key=check["scriptKey"],
             source_digest=run["spec"]["source"]["digest"],
+            bundle=bundle,
+            script_digest=SCRIPT_DIGEST,
         ),
         verdict=overall,
         reason=why,

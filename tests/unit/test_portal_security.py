@@ -8,7 +8,7 @@ in tests/integration/test_portal_security.py."""
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from portal.api import make_app
-from portal.auth import FailureLimiter, Lru, OpenAccess, TooManyFailures
+from portal.auth import FailureLimiter, Lru, OpenAccess, TooManyFailures, network_of
 from portal.index import Index
 from tests.unit.test_portal_api import Fixed, _index
 
@@ -178,3 +178,44 @@ def test_failed_authentications_are_limited_per_address() -> None:
     limiter.failed("10.0.0.1")
     with pytest.raises(TooManyFailures):
         limiter.check("10.0.0.1")
+
+
+def _failures_until_refused(limiter: FailureLimiter, remotes: Iterable[str]) -> int:
+    """How many failures ``limiter`` takes from ``remotes`` (a fresh one each time) before it
+    refuses; -1 when it never does."""
+    for spent, remote in enumerate(remotes):
+        try:
+            limiter.check(remote)
+        except TooManyFailures:
+            return spent
+        limiter.failed(remote)
+    return -1
+
+
+def test_rotating_addresses_does_not_reset_the_failure_budget() -> None:
+    """Issue 42, Low: one bucket per address let an attacker with many addresses (an IPv6 /64
+    holds 2**64) send unlimited garbage tokens to TokenReview; and with more addresses than the
+    LRU holds, its own buckets were evicted and refilled. Networks and all callers together have
+    budgets too."""
+    now = [0.0]
+    limiter = FailureLimiter(burst=2, per_second=0.5, max_addresses=4, clock=lambda: now[0])
+    in_one_network = (f"2001:db8::{host:x}" for host in range(1000))
+    assert _failures_until_refused(limiter, in_one_network) == 2 * 4, "a /64 has 4 times an address's budget"
+    networks = (f"10.{n // 256}.{n % 256}.1" for n in range(1000))
+    assert _failures_until_refused(limiter, networks) == 2 * 20 - 2 * 4, "all callers have 20 times an address's"
+    now[0] = 2.0  # refilled: one failure for everyone
+    limiter.check("192.0.2.1")
+
+
+@pytest.mark.parametrize(
+    ("remote", "network"),
+    [
+        ("10.1.2.3", "10.1.2.0/24"),
+        ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+        ("::ffff:10.1.2.3", "10.1.2.0/24"),
+        ("", ""),
+        ("unix-socket", "unix-socket"),
+    ],
+)
+def test_network_of(remote: str, network: str) -> None:
+    assert network_of(remote) == network

@@ -207,12 +207,25 @@ def test_patch_carries_the_resource_version_precondition(rv: str) -> None:
 def test_older_run_never_overwrites_a_newer_one() -> None:
     newer = new_detail("Fail", uid="new", created=T1)
     node = node_with(encoded(newer), label="Fail")
-    assert projection_patch(node, PROFILE, new_detail("Pass", uid="old", created=T0)) is None
+    assert projection_patch(node, PROFILE, new_detail("Pass", uid="old", created=T0), on_record=newer) is None
 
 
 def test_same_second_other_run_does_not_overwrite() -> None:
-    node = node_with(encoded(new_detail("Fail", uid="a", created=T0)), label="Fail")
-    assert projection_patch(node, PROFILE, new_detail("Pass", uid="b", created=T0)) is None
+    recorded_run = new_detail("Fail", uid="a", created=T0)
+    node = node_with(encoded(recorded_run), label="Fail")
+    assert projection_patch(node, PROFILE, new_detail("Pass", uid="b", created=T0), on_record=recorded_run) is None
+
+
+def test_the_nodes_own_claim_of_a_newer_result_holds_nothing_off() -> None:
+    """Issue 42, Low: the order is the record's. A kubelet's far-future annotation (another Run,
+    created in 2999) used to hold the real result off until the next re-assertion."""
+    forged = new_detail("Pass", uid="forged", created="2999-01-01T00:00:00Z")
+    real = new_detail("Fail", uid="real", created=T1)
+    node = node_with(encoded(forged), label="Pass")
+    no_record = projection_patch(node, PROFILE, real)
+    assert no_record is not None, "the Node's own annotation held the real result off"
+    assert no_record["metadata"]["labels"] == {KEY: "Fail", TRUSTED: "Fail"}
+    assert projection_patch(node, PROFILE, real, on_record=real) == no_record
 
 
 def test_newer_run_overwrites() -> None:
@@ -283,8 +296,10 @@ def test_monotonic_sequence_keeps_the_newest() -> None:
         new_detail("Fail", uid="r3-twin", created="2026-11-30T03:00:00Z"),
     ]
     node = node_with()
-    for new in results:
-        patch = projection_patch(node, PROFILE, new)
+    record: dict[str, dict[str, str]] = {}
+    for new in results:  # as acceptance does: the record first, then the projection decided on it
+        record = certified.with_run(record, {"n": new | {"nodeUID": "uid-n"}}) or record
+        patch = projection_patch(node, PROFILE, new, on_record=record["n"])
         if patch is not None:
             node = merge(node, patch)
     assert node["metadata"]["labels"][KEY] == "Pass"

@@ -72,7 +72,15 @@ FREE = _node()
     ("node", "expected"),
     [
         pytest.param(FREE, True, id="free and Ready"),
-        pytest.param(_node(reserved="another-run"), False, id="reserved"),
+        pytest.param(
+            _node(
+                reserved="another-run",
+                taints=[{"key": RESERVED_TAINT_KEY, "value": "another-run", "effect": "NoSchedule"}],
+            ),
+            False,
+            id="reserved",
+        ),
+        pytest.param(_node(reserved="another-run"), True, id="a reservation label alone (the kubelet's) holds nothing"),
         pytest.param(_node(unschedulable=True), False, id="cordoned by someone"),
         pytest.param(_node(ready=False), False, id="not Ready"),
         pytest.param(_node(uid="uid-other"), False, id="replaced (another uid)"),

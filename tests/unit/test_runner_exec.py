@@ -648,7 +648,8 @@ def test_rank_role_reports_one_line(
     assert undumpable == [True]
     lines = capfd.readouterr().out.splitlines()
     assert "rank-output" in lines
-    assert lines[-2:] == ["", mpi.rank_line(1, 2, "job-worker-1", expected, key=RANK_KEY)]
+    digest = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert lines[-2:] == ["", mpi.rank_line(1, 2, "job-worker-1", expected, key=RANK_KEY, script=digest)]
     tagged = [f"[1,1]<stdout>:{ln}" for ln in lines] + [
         "[1,0]<stdout>:" + mpi.rank_line(0, 2, "job-worker-0", 0, key=RANK_KEY)
     ]
@@ -711,7 +712,8 @@ def test_rank_role_prefers_signal_script(
     keyed(monkeypatch)
     code = runner_main.main(["rank", "--script", str(tmp_path / "absent.sh"), "--deadline-seconds", "10"])
     assert code == 6
-    assert capfd.readouterr().out.splitlines()[-1] == mpi.rank_line(0, 1, "h0", 6, key=RANK_KEY)
+    digest = "sha256:" + hashlib.sha256(real.read_bytes()).hexdigest()
+    assert capfd.readouterr().out.splitlines()[-1] == mpi.rank_line(0, 1, "h0", 6, key=RANK_KEY, script=digest)
 
 
 def test_rank_role_unstartable_script_reports_127(

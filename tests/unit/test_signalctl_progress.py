@@ -6,8 +6,10 @@ from typing import Any
 import pytest
 
 from shared import keys
+from shared.digests import bundle_digest
 from signalctl.progress import MPI_ROLE_LABEL, CheckState, Finished, Tracker, check_states, finished_from
 from tests import evidence_builders as eb
+from tests.run_builders import SCRIPTS
 
 Obj = dict[str, Any]
 
@@ -113,7 +115,7 @@ def evidence_run() -> Obj:
         "metadata": {"name": "r1", "namespace": "ns", "uid": "u1"},
         "spec": {
             "checks": [{"name": "inventory", "scriptKey": "s.sh", "backend": "Pod", "backendActiveDeadline": "1m"}],
-            "source": {"digest": "sha256:" + "5" * 64},
+            "source": {"digest": bundle_digest(SCRIPTS, {})},
             "participants": [{"index": i, "nodeName": f"gpu-00{i + 1}", "nodeUID": f"uid-{i}"} for i in range(2)],
         },
     }

@@ -8,6 +8,11 @@ repo="$(cd "$here/../../.." && pwd)"
 out_dir="${SIGNAL_REALNODE_DIR:-$repo/.cache/realnode}"
 stamp="$( (cat "$here/go.mod" "$here/main.go"; go version) | sha256sum | cut -c1-16)"
 binary="$out_dir/signal-static-$stamp"
+# One build at a time per cache folder: a second caller (another checkout sharing the cache, a
+# parallel test) waits here, then finds the first one's result.
+mkdir -p "$out_dir"
+exec 9>"$out_dir/.build.lock"
+flock 9
 if [[ -x "$binary" ]]; then
   echo "$binary"
   exit 0
