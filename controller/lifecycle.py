@@ -1,6 +1,8 @@
 """What happens around finished Runs: cleanup of their Workflows and snapshots, retention of
-a bounded number of terminal Runs per profile, and recurrence (re-requesting Nodes whose
-last result from a profile, in the profile's record, is older than its interval). I/O over the caches; the rules are
+a bounded number of terminal Runs per profile (never one the record cites), and recurrence
+(re-requesting Nodes whose last result from a profile, in the profile's record, is older than
+its interval; a recorded Pass its Run's evidence does not prove is due at once:
+controller/recordproof.py). I/O over the caches; the rules are
 the pure functions ``due_for_recertification`` and ``expired_runs``."""
 
 import contextlib
@@ -10,6 +12,7 @@ from datetime import datetime, timedelta
 from controller.events import emit, node_ref
 from controller.nodes import NodeView
 from controller.reassert import record_of
+from controller.recordproof import proven
 from controller.runview import RunView
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
@@ -19,6 +22,8 @@ from shared.conditions import condition, set_condition
 from shared.durations import DurationError, parse_duration
 
 DEFAULT_KEEP = 10
+UNPROVEN_COMPLETION = "1970-01-01T00:00:00Z"
+"""The completion time recurrence gives a recorded Pass that its Run's evidence does not prove."""
 
 
 def _parse_time(value: str) -> datetime | None:
@@ -109,11 +114,13 @@ async def recur(ctx: Context, profile: Obj) -> None:
     name = profile["metadata"]["name"]
     record = record_of(profile)
     nodes = list(ctx.nodes.items.values())
-    completed = {
-        n.name: entry["completionTime"]
-        for n in nodes
-        if (entry := certified.current(record, n.name, n.uid)) is not None
-    }
+    completed = {}
+    for n in nodes:
+        entry = certified.current(record, n.name, n.uid)
+        if entry is not None:
+            # A recorded Pass its Run's evidence does not prove is due now (issue 42).
+            checked = await proven(ctx, name, n.name, entry)
+            completed[n.name] = entry["completionTime"] if checked is entry else UNPROVEN_COMPLETION
     due = due_for_recertification(nodes, completed, interval, ctx.clock())
     held = (await ctx.read_ledger()).held_nodes() if due else set()
     for node_name in due:

@@ -10,7 +10,10 @@ proves it (``entry_problem``, pure):
    ``evidenceDigest``;
 2. the Run (that uid) exists and its evidence document re-derives from the check evidence it
    names, read again (the adoption rule, controller/evidence_adoption.py);
-3. that decision gives this Node, with the entry's ``nodeUID``, the entry's verdict.
+3. that decision gives this Node, with the entry's ``nodeUID``, the entry's verdict; and the
+   entry's other fields are the Run's: ``runCreated`` (set by the API server), ``sourceDigest``
+   and ``profileGeneration`` (as the evidence records them), and a ``completionTime`` no later
+   than the evidence's ``decidedAt`` (so a forged far-future time cannot put off recurrence).
 
 A proof is cached by (namespace, Run name, Run uid, evidence digest): one derivation per Run,
 whatever the number of Nodes and resyncs. An unproven ``Pass`` is projected ``Inconclusive``
@@ -21,7 +24,8 @@ controller process) and ``signal_certified_record_unproven_total{profile}``. ``F
 
 import contextlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from prometheus_client import Counter
 
@@ -44,10 +48,13 @@ CACHE_SIZE = 4096
 
 @dataclass(frozen=True)
 class Proof:
-    """What one Run evidence document proves: per Node name, (uid, verdict); or why nothing."""
+    """What one Run evidence document proves: per Node name, (uid, verdict), and the fields every
+    entry citing it must carry; or why nothing."""
 
     problem: str | None
     verdicts: dict[str, tuple[str, str]]
+    fields: dict[str, str] = field(default_factory=dict)
+    decided_at: str = ""
 
 
 def derive_proof(
@@ -87,7 +94,21 @@ def derive_proof(
     )
     if problem is not None:
         return Proof(f"the Run evidence does not re-derive: {problem}"[:500], {})
-    return Proof(None, {name: (uid, str(nodes[name])) for name, uid in uids.items() if uid and name in nodes})
+    fields = {
+        "runCreated": str(run["metadata"].get("creationTimestamp")),
+        "sourceDigest": str(document.get("sourceDigest")),
+        "profileGeneration": str((document.get("profile") or {}).get("generation")),
+    }
+    verdicts = {name: (uid, str(nodes[name])) for name, uid in uids.items() if uid and name in nodes}
+    return Proof(None, verdicts, fields, str(document.get("decidedAt")))
+
+
+def _time(text: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
 
 
 def _owned_by(config_map: Obj, run_uid: str) -> bool:
@@ -104,6 +125,12 @@ def entry_problem(entry: certified.Entry, node_name: str, proof: Proof) -> str |
         return f"the Run evidence gives no verdict for Node {node_name} with uid {entry['nodeUID']}"
     if proven[1] != entry["verdict"]:
         return f"the Run evidence gives Node {node_name} {proven[1]}, the record says {entry['verdict']}"
+    wrong = [f"{k} {entry[k]!r} (the Run's: {v!r})" for k, v in proof.fields.items() if entry[k] != v]
+    if wrong:
+        return "the entry is not the Run's: " + ", ".join(wrong)
+    completed, decided = _time(entry["completionTime"]), _time(proof.decided_at)
+    if completed is None or decided is None or completed > decided:
+        return f"its completionTime {entry['completionTime']!r} is not at or before the decision ({proof.decided_at})"
     return None
 
 

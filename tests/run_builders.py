@@ -13,6 +13,7 @@ from shared import keys
 from shared.digests import bundle_digest
 from shared.evidence import decode_document
 from shared.runevidence import RUN_EVIDENCE_SCHEMAS, config_map_names, materialize
+from tests import evidence_builders as eb
 
 Obj = dict[str, Any]
 SCRIPTS = {"s.sh": "exit 0"}
@@ -131,3 +132,10 @@ async def stored_run_evidence(admin: KubeClient, run: Obj) -> Obj:
                 raise
             stored[index] = None
     return materialize(run, document, stored)
+
+
+async def store_results(admin: KubeClient, namespace: str, run: Obj, document: Obj) -> None:
+    """Store the results a check evidence document embeds under the name it records, as the
+    adapter does before it writes the evidence (``signalctl evidence verify`` checks that link)."""
+    name = document["resultsConfigMap"]
+    await store(admin, namespace, name, eb.config_map(name, document["results"], owner=run))

@@ -31,11 +31,13 @@ async def test_recurrence_requests_only_stale_nodes_within_budget(
     body["spec"]["recurrence"] = {"interval": "1h"}
     await world.add_profile(body)
     # Earlier results, as Signal records them: the profile's record (recurrence reads only that).
+    # Fail: a recorded Pass counts only with the Run evidence that proves it (issue 42,
+    # test_record_bound_to_evidence.py); when a result is due does not depend on its verdict.
     uids = {n["metadata"]["name"]: n["metadata"]["uid"] for n in await world.nodes(names)}
     entries = {}
     for name, when in [*((n, now - timedelta(hours=2)) for n in stale), *((n, now) for n in fresh)]:
         entries[name] = {
-            "verdict": "Pass",
+            "verdict": "Fail",
             "run": "earlier",
             "namespace": namespace,
             "runUID": "earlier",

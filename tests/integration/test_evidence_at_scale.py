@@ -247,6 +247,13 @@ async def test_a_full_group_with_a_large_suite_succeeds_and_verifies(
         assert sum(1 for line in lines if line.startswith("OK") and " evidence: ConfigMap " in line) == checks
         assert not [line for line in lines if line.startswith(("MISMATCH", "MISSING"))], out
 
+        # Re-assertion proves each recorded Pass from this Run's evidence (issue 42): still Pass.
+        nodes = await world.nodes(names)
+        assert [n["metadata"]["labels"].get(label) for n in nodes] == ["Pass"] * PARTICIPANTS
+        events = (await admin.get(resource_path("v1", "events", "default")))["items"]
+        assert not [
+            e for e in events if e["reason"] == "CertifiedRecordUnproven" and e["involvedObject"]["name"] in names
+        ]
         done = await admin.get(resource_path(API, keys.RUN_PLURAL, ns, run["metadata"]["name"]))
         sizes = await _sizes(admin, done, names)
         sizes["seconds"] = {

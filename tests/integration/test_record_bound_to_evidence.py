@@ -4,7 +4,8 @@ profile's ``status.certifiedNodes`` (reproduced on the demo cluster with a Pod r
 Fail to Pass, and the re-assertion then defended the forged Pass on the trusted label. Now a
 ``Pass`` entry is projected only when the Run evidence it cites proves it
 (controller/recordproof.py); the forged one is projected Inconclusive, with a Warning Event
-``CertifiedRecordUnproven`` and ``signal_certified_record_unproven_total``.
+``CertifiedRecordUnproven`` and ``signal_certified_record_unproven_total``, and recurrence
+takes it as due at once.
 
 On the real API server: the controller's own acceptance and re-assertion code, in-process,
 with an administrator's client standing in for the forger."""
@@ -16,6 +17,7 @@ import pytest
 
 from controller import metrics
 from controller.accept import accept, check_evidence_name
+from controller.lifecycle import recur
 from controller.nodes import node_view
 from controller.reassert import reassert_projections
 from controller.runview import run_view
@@ -107,5 +109,18 @@ async def test_a_forged_pass_in_the_record_is_never_projected(
         assert await resync() == 0
         assert verdicts((await world.nodes(names))[0], profile)[0] == "Inconclusive"
         assert unproven(profile) == before + 1
+
+        # Recurrence reads the record too: the unproven Pass is due at once, the proven (and
+        # fresh) one is not.
+        updated = await admin.merge_patch(path, {"spec": {"recurrence": {"interval": "24h"}}})
+        ready = {"type": "Ready", "status": "True", "reason": "Ready", "message": "test"}
+        ready["lastTransitionTime"] = STARTED
+        status = {"observedGeneration": updated["metadata"]["generation"], "conditions": [ready]}
+        await admin.merge_patch(f"{path}/status", {"status": status})
+        await resync()
+        await recur(ctx, await admin.get(path))
+        forged, honest = await world.nodes(names)
+        assert forged["metadata"]["labels"].get(keys.CERTIFY_LABEL) == profile
+        assert keys.CERTIFY_LABEL not in honest["metadata"]["labels"]
     finally:
         await world.cleanup()

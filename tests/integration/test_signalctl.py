@@ -30,7 +30,7 @@ from signalctl import actions
 from signalctl.kubectx import CommandError
 from tests import evidence_builders as eb
 from tests.controller_support import install_rbac, profile_body
-from tests.run_builders import running_run, store, workflow_status
+from tests.run_builders import running_run, store, store_results, workflow_status
 
 STARTED = "2026-11-30T00:00:00Z"
 
@@ -83,6 +83,7 @@ async def _finished(ctx: Context, admin: KubeClient, cluster: LocalCluster, prof
         document = eb.check_evidence(run, index)
         digests[index] = eb.digest_of(document)
         name = check_evidence_name(run["metadata"]["name"], index)
+        await store_results(admin, ctx.namespace, run, document)
         await store(admin, ctx.namespace, name, eb.config_map(name, document))
     await accept(ctx, run_view(run), workflow_status(run, digests), deadline_passed=False)
     return await admin.get(resource_path(API, keys.RUN_PLURAL, ctx.namespace, run["metadata"]["name"]))
@@ -116,7 +117,7 @@ async def test_verify_passes_then_catches_a_replaced_and_a_missing_check(
     assert rc == 1, out + err
     mismatched = _lines(out, "MISMATCH")
     assert any("check 1 check-1 evidence" in line for line in mismatched), out
-    assert any("check 1 check-1 digest" in line for line in mismatched), out
+    assert any("check 1 check-1 results" in line for line in mismatched), out  # its results link
     assert any("check 1 check-1 verdict" in line and "re-validation gives Fail" in line for line in mismatched), out
     assert "check 0 check-0 evidence: ConfigMap" in out
     assert "DOES NOT VERIFY" in out
@@ -140,11 +141,12 @@ async def test_verify_agrees_with_every_recorded_decision(
     valid = eb.check_evidence(run)
     name = check_evidence_name(run["metadata"]["name"], 0)
     reported, phase, stored = eb.digest_of(valid), "Succeeded", eb.config_map(name, valid)
+    results = valid
     if case == "failing-participant":
-        stored = eb.config_map(name, eb.check_evidence(run, verdicts={1: "Fail"}))
-        reported = eb.digest_of(eb.check_evidence(run, verdicts={1: "Fail"}))
+        results = eb.check_evidence(run, verdicts={1: "Fail"})
+        stored, reported = eb.config_map(name, results), eb.digest_of(results)
     elif case in eb.DOCUMENT_MUTATIONS:
-        bad = eb.DOCUMENT_MUTATIONS[case](valid)
+        bad = results = eb.DOCUMENT_MUTATIONS[case](valid)
         stored, reported = eb.config_map(name, bad, owner=run), eb.digest_of(bad)
     elif case == "truncated-gzip":
         stored = eb.config_map(name, None, raw=eb.truncated_gzip(valid), owner=run)
@@ -153,6 +155,7 @@ async def test_verify_agrees_with_every_recorded_decision(
     elif case == "workflow-failed":
         phase = "Failed"
     if case != "missing-evidence":
+        await store_results(admin, ctx.namespace, run, results)
         await store(admin, ctx.namespace, name, stored)
     if case == "node-replaced":
         await cluster.remove_node(nodes[1]["metadata"]["name"])

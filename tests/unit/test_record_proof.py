@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from controller.manifests import owner_reference
-from controller.recordproof import Proof, derive_proof, entry_problem
+from controller.recordproof import derive_proof, entry_problem
 from shared import keys
 from shared.acceptance import CheckInput, assess_check, decide, run_document
 from shared.evidence import config_map
@@ -23,7 +23,7 @@ def _recorded() -> tuple[Obj, Obj, str, dict[int, Obj | None]]:
     """A Failed Run (n0 failed, n1 passed): the Run, its evidence ConfigMap and digest, its checks."""
     nodes = [{"metadata": {"name": f"n{i}", "uid": f"uid-{i}"}} for i in range(2)]
     run = run_body("ns", nodes, "p")
-    run["metadata"]["uid"] = str(uuid.uuid4())
+    run["metadata"].update(uid=str(uuid.uuid4()), creationTimestamp=eb.STAMP)
     name = keys.check_evidence_name(run["metadata"]["name"], 0)
     check = eb.config_map(name, eb.check_evidence(run, verdicts={0: "Fail"}))
     outcome = assess_check(run, CheckInput(0, name, check, None))
@@ -54,7 +54,8 @@ def _entry(run: Obj, digest: str, node: str, verdict: str) -> dict[str, str]:
 def test_the_genuine_entries_are_proven() -> None:
     run, body, digest, checks = _recorded()
     proof = derive_proof(run, body, run["metadata"]["uid"], digest, checks)
-    assert proof == Proof(None, {"n0": ("uid-0", "Fail"), "n1": ("uid-1", "Pass")})
+    assert proof.problem is None
+    assert proof.verdicts == {"n0": ("uid-0", "Fail"), "n1": ("uid-1", "Pass")}
     assert entry_problem(_entry(run, digest, "n1", "Pass"), "n1", proof) is None
     assert entry_problem(_entry(run, digest, "n0", "Fail"), "n0", proof) is None
 
@@ -67,6 +68,24 @@ def test_a_pass_the_evidence_does_not_give_is_unproven() -> None:
     other_uid = {**_entry(run, digest, "n1", "Pass"), "nodeUID": "uid-replaced"}
     assert "no verdict for Node n1 with uid uid-replaced" in str(entry_problem(other_uid, "n1", proof))
     assert "no verdict for Node n9" in str(entry_problem(_entry(run, digest, "n9", "Pass"), "n9", proof))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        ("completionTime", "2999-01-01T00:00:00Z", "is not at or before the decision"),
+        ("completionTime", "soon", "is not at or before the decision"),
+        ("runCreated", "2999-01-01T00:00:00Z", "runCreated"),
+        ("sourceDigest", "sha256:" + "9" * 64, "sourceDigest"),
+        ("profileGeneration", "7", "profileGeneration"),
+    ],
+)
+def test_an_entry_whose_other_fields_are_not_the_runs_is_unproven(key: str, value: str, why: str) -> None:
+    """E.g. a far-future completion time that would put off recurrence for ever."""
+    run, body, digest, checks = _recorded()
+    proof = derive_proof(run, body, run["metadata"]["uid"], digest, checks)
+    entry = {**_entry(run, digest, "n1", "Pass"), key: value}
+    assert why in str(entry_problem(entry, "n1", proof))
 
 
 @pytest.mark.parametrize(
