@@ -47,6 +47,12 @@ INFORMER_SYNCED = Gauge(
     "signal_informer_synced", "1 while a cache follows the API server", ["resource"], registry=REGISTRY
 )
 QUEUE_DEPTH = Gauge("signal_workqueue_depth", "Keys waiting to be reconciled now", registry=REGISTRY)
+LEDGER_UNREADABLE = Gauge(
+    "signal_admission_ledger_unreadable",
+    "1 while the admission ledger cannot be parsed: admission is stopped (acceptance, releases and "
+    "the re-assertion of Node projections go on)",
+    registry=REGISTRY,
+)
 PROJECTION_TAMPERED = Counter(
     "signal_projection_tampered",
     "Node projections that differed from the profile's record and were re-asserted",
