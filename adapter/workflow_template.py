@@ -53,10 +53,16 @@ recursive steps template with input ``index`` (default ``"0"``).
   token, so none may run on a Node under test. The Workflow-level ``affinity`` (Argo applies
   it to every Pod of the Workflow) requires Nodes *without* Signal's request label
   (``node-restriction.kubernetes.io/signal.certify``) and reservation label (``projectsignal.dev/reserved-by``);
-  the template tolerates no Signal taint, so a cordoned (reserved) Node is out as well. An
-  operator marks trusted Nodes with ``StepPlacement`` (a ``nodeSelector`` and tolerations for
-  those Nodes' own taints), or patches ``spec.nodeSelector`` / ``spec.tolerations`` in an
-  overlay. A ``crossNode`` MPI launcher shares the requirement (``adapter.workloads``).
+  the template tolerates no Signal taint, so a cordoned (reserved) Node is out as well. And
+  the ``nodeSelector`` is mandatory: trusted Nodes carry a label no kubelet can set on its own
+  Node (``StepPlacement``, default ``node-restriction.kubernetes.io/signal-trusted=true``, set
+  by an admin; an empty or kubelet-writable selector is refused), so a Node that drops its own
+  request label still never receives a step Pod; the admission policy
+  ``signal-identities`` refuses an adapter Pod without it. ``podGC: OnPodCompletion`` deletes
+  every step Pod, and with it the adapter's token, when the step ends (issue 42 M-C). An
+  operator changes the selector and tolerations for those Nodes' own taints with
+  ``StepPlacement``, or patches ``spec.nodeSelector`` / ``spec.tolerations`` in an overlay. A
+  ``crossNode`` MPI launcher shares the requirement (``adapter.workloads``).
 
 These semantics were checked offline against Argo v4.0.5's own Go code (template validation,
 ``ProcessArgs`` substitution, ``ReplaceStrict`` and the steps ``when`` evaluator), not on a
@@ -64,6 +70,7 @@ running Argo controller.
 """
 
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +85,7 @@ from hera.workflows.models import (
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    PodGC,
     SeccompProfile,
     SecurityContext,
     Toleration,
@@ -87,11 +95,14 @@ from hera.workflows.models import (
 from adapter.placement import NOT_UNDER_TEST, TRUSTED_SELECTOR_ENV, check_trusted
 from adapter.step import OUTPUT_DEFAULTS, OUTPUT_DIR, RUNNER_IMAGE_ENV
 from shared import keys
+from shared.digests import template_digest
 
 DEFAULT_IMAGE: Final = "projectsignal.dev/adapter:0.1.0"
 DEFAULT_RUNNER_IMAGE: Final = keys.DEFAULT_RUNNER_IMAGE
 TERMINATION_GRACE_SECONDS: Final = 150
 """SIGTERM to SIGKILL for a step: the adapter's quiescence bound (60 s) and evidence writes fit."""
+POD_GC_STRATEGY: Final = "OnPodCompletion"
+"""Argo deletes each step Pod as soon as it completes, whatever its outcome."""
 NAME: Final = keys.WORKFLOW_TEMPLATE
 SERVICE_ACCOUNT: Final = "signal-adapter"
 LABELS: Final = {"app.kubernetes.io/name": "project-signal", "app.kubernetes.io/component": "adapter"}
@@ -147,16 +158,24 @@ class StepPlacement:
     """Where the adapter's step Pods may run: Nodes the operator trusts. Never a Node under
     test, whatever is set here (``_step_affinity``)."""
 
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    """Labels of the trusted Nodes, every key under ``node-restriction.kubernetes.io/`` (which no
-    kubelet can set on its own Node); empty: any Node that is not under test. ``crossNode`` MPI
-    launchers get the same (``SIGNAL_TRUSTED_NODE_SELECTOR``)."""
+    node_selector: Mapping[str, str] = field(default_factory=lambda: {keys.TRUSTED_NODE_LABEL: "true"})
+    """Labels of the trusted Nodes: mandatory, and at least one under
+    ``node-restriction.kubernetes.io/``, which no kubelet may set on its own Node (issue 42
+    M-C: a Node that can drop its request label must not be able to attract a step Pod and
+    mint the adapter's token). Empty, or only kubelet-writable keys: refused (fail closed)."""
     tolerations: tuple[Mapping[str, str], ...] = ()
     """Tolerations for the trusted Nodes' own taints ({key, operator, value, effect});
     never Signal's reservation taint."""
 
     def __post_init__(self) -> None:
-        check_trusted(self.node_selector)  # a label a kubelet could set on its own Node trusts nothing
+        restricted = [k for k, v in self.node_selector.items() if k.startswith(keys.NODE_RESTRICTION_PREFIX) and v]
+        if not restricted:
+            raise ValueError(
+                f"step Pods need a trusted-node selector with at least one label under {keys.NODE_RESTRICTION_PREFIX} "
+                f"(a label no kubelet can set on its own Node), e.g. {keys.TRUSTED_NODE_LABEL}=true; "
+                f"got {dict(self.node_selector)!r}. Label your trusted Nodes as an admin and name that label here"
+            )
+        check_trusted(self.node_selector)  # and no key a kubelet could set on its own Node
         for toleration in self.tolerations:
             if toleration.get("key") in ("", None, keys.RESERVED_TAINT_KEY):
                 raise ValueError(
@@ -177,6 +196,7 @@ def build_workflow_template(
     image: str = DEFAULT_IMAGE, runner_image: str = DEFAULT_RUNNER_IMAGE, placement: StepPlacement | None = None
 ) -> dict[str, Any]:
     """The ``signal-adapter`` WorkflowTemplate as a dict (pure: no cluster I/O)."""
+    placement = placement or StepPlacement()
     env = [Env(name=RUNNER_IMAGE_ENV, value=runner_image)]
     if placement and placement.node_selector:
         # crossNode launchers go to the same trusted Nodes as the steps (adapter/placement.py).
@@ -194,10 +214,11 @@ def build_workflow_template(
         parallelism=1,
         arguments=[Parameter(name=name) for name in WORKFLOW_PARAMETERS],
         affinity=_step_affinity(),
-        node_selector=dict(placement.node_selector) if placement and placement.node_selector else None,
-        tolerations=[Toleration(**dict(t)) for t in placement.tolerations]
-        if placement and placement.tolerations
-        else None,
+        node_selector=dict(placement.node_selector),
+        tolerations=[Toleration(**dict(t)) for t in placement.tolerations] if placement.tolerations else None,
+        # A finished step Pod goes at once: its token (the adapter's) lives no longer than
+        # the step (issue 42 M-C). Outputs reach Argo as WorkflowTaskResults, not from the Pod.
+        pod_gc=PodGC(strategy=POD_GC_STRATEGY),
     ) as template:
         check = Container(
             name="check",
@@ -253,7 +274,25 @@ def render(image: str = DEFAULT_IMAGE, runner_image: str = DEFAULT_RUNNER_IMAGE)
     return HEADER + body
 
 
-def main() -> None:
+def digest_of_rendered(text: str) -> str:
+    """The content digest (``shared.digests.template_digest``) of the signal-adapter
+    WorkflowTemplate in a rendered manifest (``kubectl kustomize`` output): the value of the
+    controller's ``--workflow-template-digest``."""
+    for document in yaml.safe_load_all(text):
+        if (
+            isinstance(document, dict)
+            and document.get("kind") == "WorkflowTemplate"
+            and (document.get("metadata") or {}).get("name") == NAME
+        ):
+            return template_digest(document)
+    raise LookupError(f"no WorkflowTemplate {NAME} in the manifest")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--digest"]:  # kubectl kustomize deploy/ | python -m adapter.workflow_template --digest
+        print(digest_of_rendered(sys.stdin.read()))
+        return
     OUTPUT_PATH.parent.mkdir(parents=True, exist_ok=True)
     OUTPUT_PATH.write_text(render())
     print(f"wrote {OUTPUT_PATH}")

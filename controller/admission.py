@@ -37,7 +37,7 @@ from kubeio.client import Obj, resource_path
 from kubeio.errors import AlreadyExists, Conflict, NotFound
 from shared import keys, snapshot
 from shared.conditions import set_condition
-from shared.digests import bundle_digest
+from shared.digests import bundle_digest, template_digest
 from shared.profile import CertificationProfile
 
 
@@ -84,6 +84,25 @@ async def admit(
         # The Run's, not the profile's (a Workflow of the Run's name that it does not own): the
         # Run's own key ends it; the profile goes on admitting its other groups.
         raise AdmissionAborted(f"Run {name}: {exc.message}") from None
+
+
+async def check_template(ctx: Context, run: RunView) -> None:
+    """The WorkflowTemplate every step runs must be the installed one (issue 42 H-A): with a
+    configured digest, a template that is missing or differs ends the Run (``TerminalError``:
+    Inconclusive, ``WorkflowTemplateMismatch``, a condition and an Event), before anything
+    of it runs."""
+    if not ctx.workflow_template_digest:
+        return
+    path = resource_path(keys.ARGO_API_VERSION, "workflowtemplates", ctx.namespace, keys.WORKFLOW_TEMPLATE)
+    live = await ctx.kube.get_or_none(path)
+    found = template_digest(live) if live is not None else "none (the template is missing)"
+    if found != ctx.workflow_template_digest:
+        raise TerminalError(
+            "WorkflowTemplateMismatch",
+            f"WorkflowTemplate {ctx.namespace}/{keys.WORKFLOW_TEMPLATE} has digest {found}, not the configured "
+            f"{ctx.workflow_template_digest}; no Workflow of Run {run.name} was submitted. Re-apply deploy/ "
+            "(only installers may write the template) and request the Nodes again",
+        )
 
 
 def _same_admission(existing: Obj, wanted: Obj) -> bool:
@@ -178,10 +197,12 @@ async def _reverify_source(ctx: Context, run: RunView) -> Obj:
 
 
 async def submit_workflow(ctx: Context, run: RunView) -> Obj:
-    """Create the Run's Workflow (idempotent) and mark the Run Running."""
+    """Create the Run's Workflow (idempotent) and mark the Run Running; never before the
+    signal-adapter WorkflowTemplate has the configured digest (``check_template``)."""
     body = workflow_manifest(run.raw, ctx.workflow_instance_id)
     path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace)
     try:
+        await check_template(ctx, run)
         workflow = await ctx.kube.create(path, body)
     except AlreadyExists:
         workflow = await ctx.kube.get(f"{path}/{body['metadata']['name']}")

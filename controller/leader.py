@@ -4,7 +4,8 @@ which cannot fail silently.
 * **Expiry on the local monotonic clock.** Another holder's Lease counts as expired only once
   this replica has seen the same record, unchanged, for ``leaseDurationSeconds`` of its own
   monotonic clock (as client-go does): the holder's ``renewTime`` is never compared with the
-  local wall clock, so clock skew cannot steal a live Lease.
+  local wall clock, so clock skew cannot steal a live Lease. The holder's duration is honoured
+  up to this replica's own configured one, never beyond (``held_for``).
 * **Writes stop at once.** ``Leadership`` allows writes only while the last successful renewal
   was *sent* less than ``renew_deadline`` ago (``renew_deadline < duration``, so the other
   replica cannot take the Lease while this one may still write) and the renewal task is
@@ -70,10 +71,27 @@ def observe(previous: Observed | None, lease: Obj | None, now: float) -> Observe
     return Observed(current, now)
 
 
-def may_acquire(lease: Obj | None, identity: str, observed: Observed | None, now: float) -> bool:
+def held_for(lease: Obj, own_duration: int = DEFAULT_DURATION) -> int:
+    """Pure: how long another holder's unchanged record keeps the Lease: its own
+    ``leaseDurationSeconds``, but never longer than this replica's configured duration (the
+    Lease is a plain object: whoever can write it could otherwise set 2147483647 and park
+    every replica for ever, issue 42 M-B). A missing, zero or unreadable value counts as ours."""
+    raw = (lease.get("spec") or {}).get("leaseDurationSeconds")
+    try:
+        claimed = int(raw) if raw is not None else own_duration
+    except (TypeError, ValueError):
+        claimed = own_duration
+    if claimed <= 0:
+        claimed = own_duration
+    return min(claimed, own_duration)
+
+
+def may_acquire(
+    lease: Obj | None, identity: str, observed: Observed | None, now: float, *, own_duration: int = DEFAULT_DURATION
+) -> bool:
     """Pure: a missing, released or own Lease may be taken; another holder's only once this
-    replica has seen its record unchanged for longer than its duration (``now`` and
-    ``observed.at`` on the same monotonic clock)."""
+    replica has seen its record unchanged for longer than its duration, at most
+    ``own_duration`` (``held_for``; ``now`` and ``observed.at`` on the same monotonic clock)."""
     if lease is None:
         return True
     spec = lease.get("spec") or {}
@@ -81,8 +99,7 @@ def may_acquire(lease: Obj | None, identity: str, observed: Observed | None, now
         return True
     if observed is None or observed.record != record(lease):
         return False
-    duration = int(spec.get("leaseDurationSeconds") or DEFAULT_DURATION)
-    return now - observed.at > duration
+    return now - observed.at > held_for(lease, own_duration)
 
 
 class LeaseLost(NotLeader):
@@ -174,7 +191,7 @@ class LeaderElector:
         sent = self.clock()
         lease = await self.kube.get_or_none(self.path)
         self.observed = observe(self.observed, lease, self.clock())
-        if not may_acquire(lease, self.identity, self.observed, self.clock()):
+        if not may_acquire(lease, self.identity, self.observed, self.clock(), own_duration=self.duration):
             return False
         body: Obj = {
             "apiVersion": "coordination.k8s.io/v1",

@@ -16,8 +16,9 @@ Isolation, per key:
   ``Ready=False``; it is not retried until it changes;
 * a CancelledError from inside one reconcile (not the loop's own cancellation) is a failure
   of that object like any other;
-* only fencing (``NotLeader``) and a malformed admission ledger (``LedgerError``) stop the
-  process (fail closed).
+* only fencing (``NotLeader``) stops the process (fail closed); an unparsable admission
+  ledger (``LedgerError``) stops admission only: a key that needs the ledger is retried with
+  backoff, never ended for it, and every other key goes on (issue 42 M-B).
 
 Keys are processed one at a time: admission relies on it (recovery may drop a ledger group
 whose Run does not exist yet only because no admission is between those two writes)."""
@@ -58,7 +59,7 @@ from kubeio.client import Obj
 from kubeio.errors import ApiError, Conflict, NotFound
 from shared import keys
 
-FATAL = (NotLeader, LedgerError)
+FATAL = (NotLeader,)
 MAX_FAILURES = 5
 """Consecutive failures (other than the API's) after which an object is ended."""
 CONFLICT_BACKOFF = Backoff(base=0.1, cap=5.0, jitter=0.5)
@@ -229,6 +230,12 @@ class Controller:
             raise
         except TerminalError as exc:
             result = await self.end(key, exc.reason, exc.message)
+        except LedgerError:
+            # Admission only (ctx.ledger_problem, the metric and the profile's condition say
+            # why): retried with backoff until the ledger is repaired, never ended for it.
+            metrics.RECONCILE_ERRORS.labels(key.kind.value, "LedgerError").inc()
+            self.queue.add_rate_limited(key)
+            return
         except Conflict as exc:
             count = self._conflicts.get(key, 0) + 1
             self._conflicts[key] = count
@@ -367,8 +374,8 @@ class Controller:
                 self.enqueue_all(resync=True)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Reconcile until ``stop`` is set. Raises NotLeader when fenced out, LedgerError on a
-        malformed ledger (fail closed: the process exits and says why)."""
+        """Reconcile until ``stop`` is set. Raises NotLeader when fenced out (fail closed: the
+        process exits and says why)."""
         await self.start(stop)
         self.enqueue_all(resync=True)
         timer = asyncio.create_task(self._resync_timer(stop), name="resync")
@@ -406,7 +413,7 @@ def sorted_objects(objects: Iterable[Obj]) -> list[Obj]:
 
 async def run_loop(ctx: Context, stop: asyncio.Event, *, resync: float = 30.0) -> None:
     """Build the controller over ``ctx``'s caches and reconcile until ``stop`` is set (or a
-    fatal error: NotLeader, including a lapsed Lease, and LedgerError)."""
+    fatal error: NotLeader, including a lapsed Lease)."""
     controller = Controller(ctx, resync=resync)
     try:
         await controller.run(stop)

@@ -9,7 +9,6 @@ import signal
 import socket
 
 from controller.leader import LeaderElector, LeaseLost
-from controller.ledger import LedgerError
 from controller.loop import run_loop
 from controller.policy import require_policies
 from controller.probes import Probes
@@ -39,7 +38,13 @@ async def serve(args: argparse.Namespace) -> int:
         profile_selector=args.profile_selector,
         workflow_instance_id=args.workflow_instance_id,
         source_namespaces=parse_source_namespaces(args.source_namespaces),
+        workflow_template_digest=args.workflow_template_digest,
     )
+    if not args.workflow_template_digest:
+        log.warning(
+            "no --workflow-template-digest: the signal-adapter WorkflowTemplate is not checked before each "
+            "Workflow (docs/operator-guide.md says how to set it)"
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -60,9 +65,6 @@ async def serve(args: argparse.Namespace) -> int:
     except NotLeader as exc:
         log.error("stopping: fenced out by another controller", error=str(exc))
         return 1
-    except LedgerError as exc:
-        log.error("stopping: the admission ledger is malformed; inspect it before restarting", error=str(exc))
-        return 2
     finally:
         await probes.stop()
         await ctx.stop_caches()
@@ -74,7 +76,8 @@ async def lead(ctx: Context, elector: LeaderElector, probes: Probes, stop: async
     """Lead, term after term, until told to stop. A term whose Lease lapsed (the API server
     could not be reached) or was taken ends without ending the process: writes stop at once
     (the guard refuses them), the reconcile stops, and the replica stands by to lead again.
-    A renewal task that dies (a bug) ends the process, as do fencing and a bad ledger."""
+    A renewal task that dies (a bug) ends the process, as does fencing (an unparsable ledger
+    stops admission only)."""
     started = False
     while not stop.is_set():
         if elector.leadership.lost.is_set():
@@ -157,6 +160,12 @@ def main(argv: list[str] | None = None) -> int:
         "--source-namespaces",
         default=os.environ.get("SIGNAL_SOURCE_NAMESPACES", ",".join(DEFAULT_SOURCE_NAMESPACES)),
         help="comma-separated namespaces (besides its own) that profile sources may come from; '*': any",
+    )
+    parser.add_argument(
+        "--workflow-template-digest",
+        default=os.environ.get("SIGNAL_WORKFLOW_TEMPLATE_DIGEST", ""),
+        help="sha256:... the signal-adapter WorkflowTemplate must have before a Run's Workflow is submitted "
+        "(python -m adapter.workflow_template --digest prints it); empty: not checked",
     )
     parser.add_argument(
         "--metrics-port", type=int, default=8080, help="serve /metrics, /healthz and /readyz here (0: off)"

@@ -53,6 +53,12 @@ CERTIFICATION_EXPIRED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+LEDGER_UNREADABLE = Gauge(
+    "signal_admission_ledger_unreadable",
+    "1 while the admission ledger cannot be parsed: admission is stopped (acceptance, releases and "
+    "the re-assertion of Node projections go on)",
+    registry=REGISTRY,
+)
 PROJECTION_TAMPERED = Counter(
     "signal_projection_tampered",
     "Node projections that differed from the profile's record and were re-asserted",

@@ -23,8 +23,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from controller import metrics
+from controller import events, metrics
 from controller.admission import admit
+from controller.ledger import LEDGER_NAME, LedgerError
 from controller.prerequisites import NOT_INSTALLED_REASON, RECHECK_SECONDS, missing_mpijob_api, mpijob_checks
 from controller.reservations import AdmissionAborted
 from controller.selection import Selection, Shortfall, select_participants
@@ -39,6 +40,10 @@ from shared.profile import CertificationProfile
 PROGRESS_INTERVAL = 2.0
 """Least seconds between two progress-only status writes of one profile."""
 PROGRESS_FIELDS = frozenset({"eligibleNodes", "conditions"})
+LEDGER_UNREADABLE = "AdmissionLedgerUnreadable"
+"""Reason of ``Admissible=False`` while the admission ledger cannot be parsed (issue 42 M-B)."""
+LEDGER_RETRY = 10.0
+"""Seconds between two looks at a profile whose admission the ledger stops."""
 
 
 def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -118,9 +123,12 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
     # ledger read is used only when the source verifies. A profile with an MPIJob check also
     # asks discovery whether MPIJobs are served (controller/prerequisites.py).
     mpijobs = served(ctx.kube, keys.MPIJOB_API_VERSION, keys.MPIJOB_PLURAL) if mpijob_checks(profile) else _not_asked()
-    source, ledger, mpijobs_served = await asyncio.gather(
-        ctx.kube.get_or_none(resource_path("v1", "configmaps", ref.namespace, ref.name)), ctx.read_ledger(), mpijobs
-    )
+    try:
+        source, ledger, mpijobs_served = await asyncio.gather(
+            ctx.kube.get_or_none(resource_path("v1", "configmaps", ref.namespace, ref.name)), ctx.read_ledger(), mpijobs
+        )
+    except LedgerError as exc:
+        return await _admission_stopped(ctx, raw, str(exc))
     check = verify_source(profile, source)
     missing = missing_mpijob_api(profile, mpijobs_served)
     shortfall: Shortfall | None = None
@@ -155,6 +163,34 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
 
 async def _not_asked() -> bool | None:
     return None
+
+
+async def _admission_stopped(ctx: Context, raw: Obj, problem: str) -> float:
+    """The admission ledger cannot be parsed: this profile admits nothing (condition
+    ``Admissible=False``, reason ``AdmissionLedgerUnreadable``, and a Warning Event when it
+    becomes so) until it is repaired; the key comes back every ``LEDGER_RETRY`` seconds."""
+    meta, status = raw["metadata"], raw.get("status") or {}
+    message = (
+        f"admission is stopped: the admission ledger {ctx.namespace}/{LEDGER_NAME} cannot be parsed ({problem[:300]}); "
+        "repair it by hand (docs/operator-guide.md); acceptance, releases and re-assertion go on"
+    )
+    current = condition(status.get("conditions") or [], "Admissible")
+    if current is None or current.get("reason") != LEDGER_UNREADABLE or current.get("status") != "False":
+        conditions = set_condition(
+            status.get("conditions") or [],
+            type_="Admissible",
+            status=False,
+            reason=LEDGER_UNREADABLE,
+            message=message,
+            generation=meta.get("generation"),
+            now=ctx.clock(),
+        )
+        path = resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=meta["name"], subresource="status")
+        await ctx.kube.merge_patch(path, {"metadata": {"uid": meta["uid"]}, "status": {"conditions": conditions}})
+        ctx.profile_status_written[meta["name"]] = time.monotonic()
+        involved = {"apiVersion": keys.API_VERSION, "kind": keys.PROFILE_KIND, "name": meta["name"], "uid": meta["uid"]}
+        await events.emit(ctx, involved, "AdmissionStopped", message, warning=True)
+    return LEDGER_RETRY
 
 
 async def _set_status(

@@ -46,7 +46,7 @@ async def recover(ctx: Context) -> int:
 
 
 def _failed(failures: list[Exception], exc: Exception, what: str) -> None:
-    if isinstance(exc, NotLeader | LedgerError):
+    if isinstance(exc, NotLeader):
         raise exc
     log.warning("recovery could not repair; the others go on", what=what, error=f"{type(exc).__name__}: {exc}"[:300])
     failures.append(exc)
@@ -91,7 +91,10 @@ async def _release_orphaned_nodes(ctx: Context, failures: list[Exception]) -> in
 
 async def _drop_orphaned_groups(ctx: Context, failures: list[Exception]) -> int:
     repairs = 0
-    ledger = await ctx.read_ledger()
+    try:
+        ledger = await ctx.read_ledger()
+    except LedgerError:
+        return 0  # nothing to drop from (ctx.ledger_problem says why); once repaired, the next pass
     runs_by_name = {r.name: r for r in ctx.runs.items.values()}
     for name in sorted(ledger.groups):
         run = runs_by_name.get(name)
@@ -140,12 +143,12 @@ async def each_pass(ctx: Context, passes: Sequence[Callable[[Context], Awaitable
     """Run every one of the fleet-wide passes, each whatever the ones before it raised, then
     raise the first failure (for the key's backoff): a pass stopped by one object (a Node the
     API refuses to release) must not hold back the others (retention, the re-assertion of Node
-    projections). NotLeader and LedgerError stop at once."""
+    projections). NotLeader stops at once; an unparsable ledger stops only what needs it."""
     failure: Exception | None = None
     for one in passes:
         try:
             await one(ctx)
-        except (NotLeader, LedgerError):
+        except NotLeader:
             raise
         except Exception as exc:
             if failure is not None:

@@ -151,6 +151,4 @@ async def rollback(ctx: Context, run: RunView, why: str) -> None:
     await release_nodes(ctx, run, restore_request=True)
     with contextlib.suppress(NotFound, Conflict):
         await ctx.kube.delete(ctx.run_path(name), uid=run.uid, propagation="Background")
-    ledger = await ctx.read_ledger()
-    if name in ledger.groups:
-        await ctx.write_ledger(ledger.without(name))
+    await ctx.drop_group(name)

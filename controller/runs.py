@@ -297,9 +297,7 @@ async def retry(ctx: Context, run: RunView) -> None:
     if await workloads_remain(ctx, run, before="a retry releases the group"):
         return
     await release_nodes(ctx, run, restore_request=True, next_attempt=attempt + 1)
-    ledger = await ctx.read_ledger()
-    if name in ledger.groups:
-        await ctx.write_ledger(ledger.without(name))
+    await ctx.drop_group(name)
     now, generation = ctx.clock(), run.generation
     conditions = list(run.conditions)
     for type_, reason, message in (
@@ -322,9 +320,7 @@ async def release(ctx: Context, run: RunView) -> Obj | None:
     if await workloads_remain(ctx, run, before="the group is released"):
         return None
     await release_nodes(ctx, run)
-    ledger = await ctx.read_ledger()
-    if name in ledger.groups:
-        await ctx.write_ledger(ledger.without(name))
+    await ctx.drop_group(name)
     conditions = set_condition(
         run.conditions,
         type_="Released",

@@ -14,7 +14,8 @@ from typing import Any
 
 import structlog
 
-from controller.ledger import LEDGER_NAME, Ledger, ledger_object, parse_ledger
+from controller import metrics
+from controller.ledger import LEDGER_NAME, Ledger, LedgerError, ledger_object, parse_ledger
 from controller.nodes import NodeView, node_view
 from controller.requested import RequestIndex
 from controller.runview import RunView, lean, run_view
@@ -60,6 +61,9 @@ class Context:
     workflow_instance_id: str = ""
     """Argo instanceID label to put on Workflows (empty: none)."""
     """Label selector limiting the profiles this controller serves (empty: all)."""
+    workflow_template_digest: str = ""
+    """The content digest (``shared.digests.template_digest``) the signal-adapter
+    WorkflowTemplate must have before a Workflow is submitted (empty: not checked)."""
     clock: Callable[[], datetime] = _now
     nodes: Informer[NodeView] = field(init=False)
     requested: RequestIndex = field(init=False)
@@ -86,6 +90,9 @@ class Context:
     profile_status_owed: set[str] = field(default_factory=set)
     """Profiles that admitted a group since their status was last decided: their next pass
     writes the status of what is left (controller/profiles.py)."""
+    ledger_problem: str = ""
+    """Why the admission ledger cannot be parsed ('' while it can): admission stops, nothing
+    else does (issue 42 M-B)."""
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
@@ -127,14 +134,46 @@ class Context:
     # -- ledger --------------------------------------------------------------------------
 
     async def read_ledger(self, *, require_fence: bool = True) -> Ledger:
-        """Uncached read; raises NotLeader when another controller holds the fence."""
+        """Uncached read; raises NotLeader when another controller holds the fence, and
+        LedgerError (recorded in ``ledger_problem`` and the metric) when it cannot be parsed."""
         try:
             ledger = parse_ledger(await self.kube.get(self.ledger_path()))
         except NotFound:
             ledger = Ledger()
+        except LedgerError as exc:
+            self._ledger_unreadable(str(exc))
+            raise
+        if self.ledger_problem:
+            log.info("the admission ledger is readable again; admission resumes", was=self.ledger_problem[:300])
+            self.ledger_problem = ""
+            metrics.LEDGER_UNREADABLE.set(0)
         if require_fence and (ledger.fence != self.fence or ledger.holder != self.identity):
             raise NotLeader(f"ledger fence {ledger.fence} ({ledger.holder}) is not ours ({self.fence})")
         return ledger
+
+    def _ledger_unreadable(self, problem: str) -> None:
+        metrics.LEDGER_UNREADABLE.set(1)
+        if problem != self.ledger_problem:
+            log.error(
+                "the admission ledger cannot be parsed: admission is stopped until it is repaired "
+                "(acceptance, releases and re-assertion go on)",
+                ledger=f"{self.namespace}/{LEDGER_NAME}",
+                error=problem[:500],
+            )
+            self.ledger_problem = problem
+
+    async def drop_group(self, run: str) -> None:
+        """Remove ``run``'s group from the ledger (compare-and-swap), if it holds it. With an
+        unparsable ledger, nothing is written and nothing stops: the release or rollback that
+        called goes on, and the group is dropped by recovery once the ledger is repaired (its
+        Run is gone or Released by then); admission stays stopped meanwhile."""
+        try:
+            ledger = await self.read_ledger()
+        except LedgerError:
+            log.warning("the admission ledger is unparsable; its group is left for recovery", run=run)
+            return
+        if run in ledger.groups:
+            await self.write_ledger(ledger.without(run))
 
     async def write_ledger(self, ledger: Ledger) -> Ledger:
         """Compare-and-swap: fails with Conflict when the ledger changed since it was read."""
@@ -146,11 +185,40 @@ class Context:
         return parse_ledger(written)
 
     async def take_fence(self) -> None:
-        """Become the only writer: bump the fence in the ledger (compare-and-swap)."""
-        ledger = await self.read_ledger(require_fence=False)
+        """Become the only writer: bump the fence in the ledger (compare-and-swap). An
+        unparsable ledger is fenced too, its other data kept as it is for a human to repair
+        (``fence_raw``): the controller leads and does everything but admit."""
+        try:
+            ledger = await self.read_ledger(require_fence=False)
+        except LedgerError:
+            await self.fence_raw()
+            return
         self.fence = ledger.fence + 1
         await self.write_ledger(ledger.fenced(self.fence, self.identity))
         log.info("fence taken", fence=self.fence, identity=self.identity)
+
+    async def fence_raw(self) -> None:
+        """Bump the fence of an unparsable ledger without touching its groups (compare-and-swap
+        on its resourceVersion): a fence that does not parse counts as 0."""
+        raw = await self.kube.get(self.ledger_path())
+        data = dict(raw.get("data") or {})
+        try:
+            previous = int(data.get("fence", "0"))
+        except ValueError:
+            previous = 0
+        self.fence = max(previous, 0) + 1
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": LEDGER_NAME,
+                "namespace": self.namespace,
+                "resourceVersion": raw["metadata"]["resourceVersion"],
+            },
+            "data": {**data, "fence": str(self.fence), "holder": self.identity},
+        }
+        await self.kube.replace(self.ledger_path(), body)
+        log.warning("fence taken on an unparsable admission ledger", fence=self.fence, identity=self.identity)
 
     # -- status --------------------------------------------------------------------------
 

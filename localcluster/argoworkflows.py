@@ -35,6 +35,7 @@ from localcluster import podprocess, procs
 from localcluster.controlplane import Component, ControlPlane, kubeconfig_text
 from localcluster.fleet import SIMULATED_LABEL, SimNode
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from shared import keys
 
 log = structlog.get_logger("localcluster")
 
@@ -89,6 +90,7 @@ def system_node(kubelet_port: int) -> Obj:
     for key in (SIMULATED_LABEL, "nvidia.com/gpu.product"):
         labels.pop(key, None)
     labels[SYSTEM_NODE_LABEL] = "true"
+    labels[keys.TRUSTED_NODE_LABEL] = "true"  # the adapter's step Pods run only here (an admin's label)
     return manifest
 
 

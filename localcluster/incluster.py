@@ -36,6 +36,7 @@ from localcluster.argoworkflows import ARGO_NAMESPACE, ARGO_VERSION, CONFIGMAP, 
 from localcluster.binaries import argo_build_dir, kplane_binary
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.realnode.pool import RealNodes
+from shared import keys
 
 log = structlog.get_logger("localcluster")
 
@@ -234,7 +235,9 @@ class InCluster:
         await self._import(built)
         timings["import"] = time.monotonic() - began
         await self.admin.merge_patch(
-            resource_path("v1", "nodes", name=self.system), {"metadata": {"labels": {SYSTEM_NODE_LABEL: "true"}}}
+            resource_path("v1", "nodes", name=self.system),
+            # The adapter's step Pods run only on Nodes an admin labelled trusted (issue 42 M-C).
+            {"metadata": {"labels": {SYSTEM_NODE_LABEL: "true", keys.TRUSTED_NODE_LABEL: "true"}}},
         )
         say("installing Argo's workflow-controller (its own manifests, from the Argo module) and the MPI operator")
         build_dir = await asyncio.to_thread(argo_build_dir)
@@ -253,6 +256,12 @@ class InCluster:
         signal = signal_objects(await asyncio.to_thread(render, SIGNAL_OVERLAY))
         first = [d for d in signal if d["kind"] in ("Namespace", "CustomResourceDefinition")]
         await apply_all(self.admin, first)
+        # As an operator names Argo's executor image on the Signal Namespace: the only image
+        # besides the adapter's that signal-identities lets a signal-adapter step Pod run.
+        executor = {keys.EXECUTOR_IMAGE_ANNOTATION: built["argoexec"].reference}
+        await self.admin.merge_patch(
+            resource_path("v1", "namespaces", name=SIGNAL_NAMESPACE), {"metadata": {"annotations": executor}}
+        )
         await self._portal_certificate()
         await apply_all(self.admin, [d for d in signal if d not in first])
         waits = {

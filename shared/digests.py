@@ -23,6 +23,7 @@ import base64
 import binascii
 import hashlib
 from collections.abc import Mapping
+from typing import Any
 
 from shared.canonical import canonical_json
 
@@ -66,6 +67,15 @@ def sha256_digest(payload: bytes) -> str:
     return DIGEST_PREFIX + hashlib.sha256(payload).hexdigest()
 
 
+def template_digest(template: Mapping[str, Any]) -> str:
+    """Content digest of a WorkflowTemplate: ``sha256:`` of the canonical JSON of its
+    ``spec`` (what Argo runs; metadata is not part of it). The controller compares the live
+    ``signal-adapter`` template's with its configured one before it submits a Workflow
+    (issue 42 H-A); ``python -m adapter.workflow_template --digest`` prints it for the
+    template in a rendered manifest."""
+    return sha256_digest(canonical_json(template.get("spec") or {}))
+
+
 __all__ = [
     "DIGEST_PREFIX",
     "BundleError",
@@ -74,4 +84,5 @@ __all__ = [
     "bundle_digest_of_files",
     "canonical_json",
     "sha256_digest",
+    "template_digest",
 ]

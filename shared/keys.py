@@ -35,6 +35,12 @@ ATTEMPT_ANNOTATION: Final = f"{GROUP}/next-attempt"
 # Signal's cordon: a NoSchedule taint whose value is the reserving Run's uid. Backend
 # workloads of that Run tolerate exactly it.
 RESERVED_TAINT_KEY: Final = f"{GROUP}/reserved"
+NODE_RESTRICTION_PREFIX: Final = "node-restriction.kubernetes.io/"
+"""Label keys under this prefix cannot be set by a kubelet on its own Node (NodeRestriction)."""
+TRUSTED_NODE_LABEL: Final = f"{NODE_RESTRICTION_PREFIX}signal-trusted"
+"""The default trusted-node label: adapter step Pods (and their admission policy,
+deploy/base/identity-admission-policy.yaml) require it, so only an admin-labelled Node ever
+holds the adapter's token (issue 42 M-C)."""
 # Prefix of the per-profile result label: certified.projectsignal.dev/<profile>.
 CERTIFIED_LABEL_PREFIX: Final = f"certified.{GROUP}/"
 
@@ -108,6 +114,11 @@ def certified_label(profile_name: str) -> str:
 DEFAULT_RUNNER_IMAGE: Final = "projectsignal.dev/runner:0.1.0"
 """The runner image as released (deploy/ pins it by digest through kustomize's ``images:``)."""
 RUNNER_IMAGE_ANNOTATION: Final = "projectsignal.dev/runner-image"
+ADAPTER_IMAGE_ANNOTATION: Final = "projectsignal.dev/adapter-image"
+"""On the Signal Namespace: the adapter image, the one a signal-adapter step Pod runs besides
+Argo's executor (deploy/base/identity-admission-policy.yaml; kustomize's images: sets it)."""
+EXECUTOR_IMAGE_ANNOTATION: Final = "projectsignal.dev/argo-executor-image"
+"""On the Signal Namespace: Argo's executor image, set by the operator (the same policy)."""
 """On the Signal Namespace: the one runner image the adapter's Pods and MPIJobs may run. The
 adapter's admission policy reads it (``namespaceObject``); kustomize's ``images:`` sets it
 (deploy/base/kustomizeconfig.yaml), as it sets the adapter's --runner-image. Only cluster

@@ -16,12 +16,16 @@ CONTROLLER_WORKFLOWS_POLICY: Final = "signal-controller-workflows"
 """The only Workflow the controller may create: the signal-adapter template's."""
 SCRIPTS_POLICY: Final = "signal-scripts"
 """Who may create, change and delete a Run's script snapshot ConfigMap in the Signal namespace."""
+IDENTITIES_POLICY: Final = "signal-identities"
+"""Who may run Pods as Signal's ServiceAccounts, write Argo objects and Signal's control objects
+(the admission ledger, the leader Lease) in the Signal namespace."""
 
 POLICY_FILES: Final = {
     ADAPTER_WORKLOADS_POLICY: "deploy/base/adapter-admission-policy.yaml",
     EVIDENCE_POLICY: "deploy/base/evidence-admission-policy.yaml",
     CONTROLLER_WORKFLOWS_POLICY: "deploy/base/workflow-admission-policy.yaml",
     SCRIPTS_POLICY: "deploy/base/scripts-admission-policy.yaml",
+    IDENTITIES_POLICY: "deploy/base/identity-admission-policy.yaml",
 }
 """Where each policy and its binding are defined (repository-relative)."""
 

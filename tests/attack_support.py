@@ -1,15 +1,19 @@
-"""Helpers of the attack tests (tests/integration/test_attacks.py; issue 12): identities that
-RBAC lets write ConfigMaps in the Signal namespace, evidence forged exactly as Signal stores it,
-and waiting on whether an admission policy is enforced."""
+"""Helpers of the attack tests (tests/integration/test_attacks*.py; issues 12 and 42): the third
+parties RBAC lets write in the Signal namespace (the Kubeflow MPI operator's and Argo's
+workflow-controller's real rules, read at run time, and a namespace editor), evidence forged
+exactly as Signal stores it, and waiting on whether an admission policy is enforced."""
 
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final
 
 from controller.manifests import owner_reference
 from kubeio.errors import NotFound
-from localcluster import identities
+from localcluster import identities, kubeflowmpi
+from localcluster.binaries import argo_build_dir
 from localcluster.cluster import LocalCluster
+from localcluster.incluster import argo_manifests, render
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.rbac import rbac_in_effect
 from shared import keys, policies
@@ -84,62 +88,141 @@ async def service_account_client(cluster: LocalCluster, namespace: str, name: st
     return sa.client()
 
 
-@contextlib.asynccontextmanager
-async def attackers(cluster: LocalCluster, admin: KubeClient, namespace: str) -> AsyncIterator[dict[str, KubeClient]]:
-    """Two identities that RBAC lets write ConfigMaps in the Signal namespace:
+ARGO_CONTROLLER: Final = ("argo", "argo")
+"""Namespace and name of Argo's workflow-controller ServiceAccount in Argo's own manifests: the
+identity deploy/base/identity-admission-policy.yaml trusts to create adapter step Pods."""
 
-    * ``mpi-operator``: a ServiceAccount with every ConfigMap verb in every namespace, as a
-      third-party operator's ClusterRole grants (the Kubeflow MPI operator v0.8.0 gets, lists,
-      watches, creates and updates ConfigMaps cluster-wide: pkg/controller/mpi_job_controller.go
-      of its source; its source tree here has no RBAC manifest to read, so this identity gets a
-      superset of those rights);
-    * ``editor``: the user carol with the ConfigMap verbs of Kubernetes' ``edit`` role in the
-      namespace (a Role of its own: the local kube-controller-manager runs no ClusterRole
-      aggregation, so the built-in ``edit`` is empty here).
+EDITOR_RULES: Final[list[Obj]] = [
+    # What Kubernetes' ``edit`` role lets a namespace editor do with the kinds that matter here
+    # (a Role of its own: the local kube-controller-manager runs no ClusterRole aggregation,
+    # so the built-in ``edit`` is empty here).
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps", "pods", "replicationcontrollers", "secrets", "serviceaccounts"],
+        "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["pods/exec", "pods/attach", "pods/portforward", "serviceaccounts/token"],
+        "verbs": ["create", "get"],
+    },
+    {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch", "update"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments", "replicasets", "statefulsets", "daemonsets"],
+        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+    },
+    {
+        "apiGroups": ["batch"],
+        "resources": ["jobs", "cronjobs"],
+        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+    },
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "get", "update", "delete"]},
+    {
+        "apiGroups": ["argoproj.io"],
+        "resources": ["workflows", "workflowtemplates", "cronworkflows"],
+        "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+    },
+]
+
+ALL_CONFIGMAP_VERBS: Final[Obj] = {
+    "apiGroups": [""],
+    "resources": ["configmaps"],
+    "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"],
+}
+
+
+def mpi_operator_rules() -> tuple[list[Obj], str]:
+    """The Kubeflow MPI operator's ClusterRole rules, read at run time
+    (``localcluster.kubeflowmpi.operator_rules``: the source tree's upstream
+    ``manifests/base/cluster-role.yaml`` when it has one, else the rules written from what
+    v0.8.0's controller calls: Pods, Jobs, ConfigMaps, Secrets, Services and Leases in every
+    namespace), plus every ConfigMap verb (a superset, as a newer operator or another
+    third party may hold)."""
+    rules, source = kubeflowmpi.operator_rules()
+    return [*rules, ALL_CONFIGMAP_VERBS], source
+
+
+def argo_controller_rules() -> list[Obj]:
+    """The rules of every ClusterRole that Argo's own cluster install binds to its
+    workflow-controller's ServiceAccount, rendered at run time from the Argo module the Argo
+    build extracts (``localcluster.incluster.argo_manifests``); never copied here."""
+    docs = render(argo_manifests(argo_build_dir()))
+    roles = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ClusterRole"}
+    namespace, name = ARGO_CONTROLLER
+    bound = [
+        d["roleRef"]["name"]
+        for d in docs
+        if d["kind"] == "ClusterRoleBinding"
+        and any(
+            s.get("kind") == "ServiceAccount" and s.get("name") == name and s.get("namespace") == namespace
+            for s in d.get("subjects") or []
+        )
+    ]
+    rules = [rule for role in bound if role in roles for rule in roles[role].get("rules") or []]
+    if not rules:
+        raise AssertionError(f"Argo's manifests bind no ClusterRole to ServiceAccount {namespace}/{name}: {bound}")
+    return rules
+
+
+def _rbac(kind: str, name: str, namespace: str | None, **body: Any) -> Obj:
+    metadata: Obj = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata, **body}
+
+
+def _cluster_grant(role: str, rules: list[Obj], namespace: str, account: str) -> list[Obj]:
+    ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+    return [
+        _rbac("ClusterRole", role, None, rules=rules),
+        _rbac("ClusterRoleBinding", role, None, roleRef=ref, subjects=[subject]),
+    ]
+
+
+@contextlib.asynccontextmanager
+async def attackers(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, *, argo: bool = False
+) -> AsyncIterator[dict[str, KubeClient]]:
+    """Identities that share a cluster with Signal and that RBAC lets write in the Signal
+    namespace:
+
+    * ``mpi-operator``: a ServiceAccount with the Kubeflow MPI operator's full ClusterRole
+      (``mpi_operator_rules``: Pods, Jobs, ConfigMaps, Secrets, Leases... in every namespace);
+    * ``editor``: the user carol with Kubernetes' ``edit`` rights in the namespace
+      (``EDITOR_RULES``);
+    * with ``argo``, ``argo``: the ServiceAccount argo/argo, the identity Argo's own manifests
+      give its workflow-controller (and the one Signal's policy trusts for adapter step Pods),
+      with the rules those manifests bind to it (``argo_controller_rules``).
     """
-    role = f"{namespace}-mpi-operator-configmaps"
+    operator_role, argo_role = f"{namespace}-mpi-operator", f"{namespace}-argo-controller"
+    operator_rules, _source = mpi_operator_rules()
     docs: list[Obj] = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "mpi-operator", "namespace": namespace}},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": role},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "verbs": ["create", "get", "list", "watch", "update", "patch", "delete"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": role},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"kind": "ServiceAccount", "name": "mpi-operator", "namespace": namespace}],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "namespace-editor", "namespace": namespace},
-            "rules": [
-                {
-                    "apiGroups": [""],
-                    "resources": ["configmaps"],
-                    "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
-                }
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "carol-edits", "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "namespace-editor"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}],
-        },
+        *_cluster_grant(operator_role, operator_rules, namespace, "mpi-operator"),
+        _rbac("Role", "namespace-editor", namespace, rules=EDITOR_RULES),
+        _rbac(
+            "RoleBinding",
+            "carol-edits",
+            namespace,
+            roleRef={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "namespace-editor"},
+            subjects=[{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}],
+        ),
     ]
+    if argo:
+        argo_namespace, argo_account = ARGO_CONTROLLER
+        docs += [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": argo_namespace}},
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": argo_account, "namespace": argo_namespace},
+            },
+            *_cluster_grant(argo_role, argo_controller_rules(), argo_namespace, argo_account),
+        ]
     plurals = {
+        "Namespace": ("v1", "namespaces"),
         "ServiceAccount": ("v1", "serviceaccounts"),
         "ClusterRole": ("rbac.authorization.k8s.io/v1", "clusterroles"),
         "ClusterRoleBinding": ("rbac.authorization.k8s.io/v1", "clusterrolebindings"),
@@ -150,14 +233,17 @@ async def attackers(cluster: LocalCluster, admin: KubeClient, namespace: str) ->
         version, plural = plurals[doc["kind"]]
         path = resource_path(version, plural, doc["metadata"].get("namespace"), doc["metadata"]["name"])
         await admin.apply(path, doc)
-    await rbac_in_effect(admin, docs)
-    operator = await service_account_client(cluster, namespace, "mpi-operator")
-    editor = identities.user(cluster.plane, "carol").client()
-    clients = {"mpi-operator": operator, "editor": editor}
+    await rbac_in_effect(admin, [d for d in docs if d["kind"] != "Namespace"])
+    clients = {
+        "mpi-operator": await service_account_client(cluster, namespace, "mpi-operator"),
+        "editor": identities.user(cluster.plane, "carol").client(),
+    }
+    if argo:
+        clients["argo"] = await service_account_client(cluster, *ARGO_CONTROLLER)
     try:
-        for who, client in clients.items():  # both can write an ordinary ConfigMap here
+        for who in ("mpi-operator", "editor"):  # both can write an ordinary ConfigMap here
 
-            async def allowed(client: KubeClient = client) -> bool:
+            async def allowed(client: KubeClient = clients[who]) -> bool:
                 plain = {"metadata": {"name": f"plain-{uuid.uuid4().hex[:6]}", "namespace": namespace}, "data": {}}
                 return await attempt(dry_run(client, configmaps(namespace), plain)) is None
 
@@ -166,10 +252,11 @@ async def attackers(cluster: LocalCluster, admin: KubeClient, namespace: str) ->
     finally:
         for client in clients.values():
             await client.close()
-        for kind in ("ClusterRoleBinding", "ClusterRole"):
-            version, plural = plurals[kind]
-            with contextlib.suppress(ApiError):
-                await admin.delete(resource_path(version, plural, name=role))
+        for role in (operator_role, argo_role):
+            for kind in ("ClusterRoleBinding", "ClusterRole"):
+                version, plural = plurals[kind]
+                with contextlib.suppress(ApiError):
+                    await admin.delete(resource_path(version, plural, name=role))
 
 
 def run_evidence_document(run: Obj, check_document: Obj | None, nodes: dict[str, str], phase: str) -> Obj:

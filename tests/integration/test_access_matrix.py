@@ -20,6 +20,8 @@ import pytest
 
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.rbac import rbac_in_effect
+from tests.attack_support import argo_controller_rules, mpi_operator_rules
 from tests.integration.test_deploy_manifests import (
     CLUSTER_SCOPED_RBAC,
     DEPLOY,
@@ -72,6 +74,7 @@ NEEDED: dict[str, list[Request]] = {
         *reqs("update", SIGNAL, "certificationruns/finalizers", "ns"),
         *reqs("get list watch create update delete", "", "configmaps", "ns"),  # snapshots, ledger, evidence
         *reqs("get list watch create patch delete", "argoproj.io", "workflows", "ns"),
+        *reqs("get", "argoproj.io", "workflowtemplates", "ns"),  # its digest, before each submission
         *reqs("get list watch", "", "pods", "ns"),  # are backend workloads gone?
         *reqs("get list watch", "kubeflow.org", "mpijobs", "ns"),
         *reqs("get create update", "coordination.k8s.io", "leases", "ns"),  # leader election
@@ -285,3 +288,69 @@ def test_every_grant_in_deploy_is_a_listed_need() -> None:
     assert set(grants) == set(IDENTITIES)
     for identity in IDENTITIES:
         assert grants[identity] == set(NEEDED[identity]), identity
+
+
+# --- the third parties Signal shares its namespace with (issue 42 H-A, M-B) ---------------------
+#
+# RBAC lets them do what would make them Signal; only the admission policy signal-identities
+# stands in the way (tests/integration/test_attacks_identities.py tries each one against it).
+# Their rules are read at run time: the Kubeflow MPI operator's ClusterRole and the ClusterRoles
+# Argo's own manifests bind to its workflow-controller (tests/attack_support.py).
+
+THIRD_PARTY_REACH: dict[str, list[Request]] = {
+    "mpi-operator": [
+        *reqs("create", "", "pods", "ns"),  # a Pod as signal-controller / signal-adapter
+        *reqs("create", "batch", "jobs", "ns"),  # a Job as signal-adapter
+        *reqs("create update", "", "configmaps", "ns"),  # the admission ledger
+        *reqs("create update", "", "secrets", "ns"),  # a token Secret; the portal's TLS Secret
+        *reqs("create update", "coordination.k8s.io", "leases", "ns"),  # the leader Lease
+    ],
+    "argo-controller": [
+        *reqs("create", "", "pods", "ns"),  # a Pod as signal-adapter (or signal-controller)
+        *reqs("create", "", "pods/exec", "ns"),
+        *reqs("create update", "argoproj.io", "workflows", "ns"),  # a Workflow of the adapter template
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+async def third_parties(cluster: LocalCluster, signal_namespace: str) -> AsyncIterator[dict[str, str]]:
+    """ServiceAccounts in the Signal namespace bound to the MPI operator's and Argo's
+    workflow-controller's real ClusterRoles; yields identity -> ServiceAccount name."""
+    rules = {"mpi-operator": mpi_operator_rules()[0], "argo-controller": argo_controller_rules()}
+    docs: list[Obj] = []
+    for who, rule_list in rules.items():
+        role = f"{signal_namespace}-{who}"
+        docs += [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": who, "namespace": signal_namespace}},
+            {"apiVersion": f"{RBAC}/v1", "kind": "ClusterRole", "metadata": {"name": role}, "rules": rule_list},
+            {
+                "apiVersion": f"{RBAC}/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": who, "namespace": signal_namespace}],
+            },
+        ]
+    await apply_all(cluster.admin, docs)
+    await rbac_in_effect(cluster.admin, docs)
+    try:
+        yield {who: who for who in rules}
+    finally:
+        for doc in docs:
+            if doc["kind"] in CLUSTER_SCOPED_RBAC:
+                with contextlib.suppress(ApiError):
+                    await cluster.admin.delete(object_path(doc))
+
+
+@pytest.mark.parametrize(
+    ("who", "request_"),
+    [pytest.param(who, r, id=f"{who}-rbac-allows-{r.id}") for who, rs in THIRD_PARTY_REACH.items() for r in rs],
+)
+async def test_third_parties_reach_signals_namespace_through_rbac(
+    cluster: LocalCluster, signal_namespace: str, third_parties: dict[str, str], who: str, request_: Request
+) -> None:
+    """The other half of the matrix: what RBAC grants the third parties in the Signal namespace
+    (so the policy, not RBAC, is what keeps them from being Signal)."""
+    answer, reason = await is_allowed(cluster.admin, signal_namespace, third_parties[who], request_)
+    assert answer, f"{who} {request_}: RBAC no longer allows it ({reason!r}); move the case to the attack test's notes"

@@ -23,9 +23,11 @@ from localcluster.binaries import argo_build_dir
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.podprocess import MOUNT_NAMESPACES_ANNOTATION
+from shared import keys
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from tests.adapter_support import AdapterWorld, check
 from tests.conftest import WORKFLOW_INSTANCE
+from tests.controller_support import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -121,11 +123,35 @@ async def assert_evidence(world: AdapterWorld, outputs: dict[str, Any], verdict:
     return document
 
 
+async def record_step_pods(world: AdapterWorld, seen: dict[str, tuple[Obj, str]], stop: asyncio.Event) -> None:
+    """Until ``stop``: every step Pod seen (last version) and its containers' logs, read while
+    the Pod exists (the template's podGC deletes each one as it completes, logs with it)."""
+    assert world.cluster.kubelet is not None
+    while not stop.is_set():
+        for pod in (await world.admin.get(resource_path("v1", "pods", world.namespace)))["items"]:
+            if not pod["metadata"].get("labels", {}).get("workflows.argoproj.io/workflow"):
+                continue
+            texts = []
+            for container in pod["spec"].get("initContainers", []) + pod["spec"]["containers"]:
+                path = world.cluster.kubelet.log_path(pod, container["name"])
+                texts.append(path.read_text(errors="replace") if path.exists() else "")
+            uid = pod["metadata"]["uid"]
+            seen[uid] = (pod, "\n".join(texts) or (seen[uid][1] if uid in seen else ""))
+        await asyncio.sleep(0.1)
+
+
 async def test_argo_runs_every_check_in_order_as_the_adapter(world: AdapterWorld) -> None:
     checks = [check("first", "a.sh"), check("second", "b.sh")]
     await world.setup(2, {"a.sh": PASS, "b.sh": PASS}, checks)
+    seen: dict[str, tuple[Obj, str]] = {}
+    stop = asyncio.Event()
+    recorder = asyncio.create_task(record_step_pods(world, seen, stop))
     created = await submit(world)
-    workflow = await finished(world, created["metadata"]["name"])
+    try:
+        workflow = await finished(world, created["metadata"]["name"])
+    finally:
+        stop.set()
+        await recorder
     assert workflow["status"]["phase"] == "Succeeded", (workflow["status"], await step_logs(world))
 
     steps = check_nodes(workflow)
@@ -141,17 +167,23 @@ async def test_argo_runs_every_check_in_order_as_the_adapter(world: AdapterWorld
         document = await assert_evidence(world, outputs, "Pass")
         assert document["check"]["index"] == index if "check" in document else True
 
-    # The step Pods ran as the adapter's ServiceAccount (its RBAC from deploy/), on the system Node.
-    pods = (await world.admin.get(resource_path("v1", "pods", world.namespace)))["items"]
-    steps_pods = [p for p in pods if p["metadata"].get("labels", {}).get("workflows.argoproj.io/workflow")]
-    assert len(steps_pods) == 2
-    for pod in steps_pods:
+    # The step Pods ran as the adapter's ServiceAccount (its RBAC from deploy/), on the system
+    # Node (the one an admin marked trusted: issue 42 M-C), and are gone once they completed
+    # (the template's podGC: the adapter's token lives no longer than its step).
+    assert len(seen) == 2, [p["metadata"]["name"] for p, _ in seen.values()]
+    for pod, _ in seen.values():
         assert pod["spec"]["serviceAccountName"] == "signal-adapter"
         assert pod["spec"]["nodeName"] == SYSTEM_NODE
+        assert pod["spec"]["nodeSelector"][keys.TRUSTED_NODE_LABEL] == "true"
         assert [c["name"] for c in pod["spec"]["containers"]] == ["wait", "main"]
-        assert pod["status"]["phase"] == "Succeeded"
+
+    async def collected() -> bool:
+        pods = (await world.admin.get(resource_path("v1", "pods", world.namespace)))["items"]
+        return not [p for p in pods if p["metadata"]["uid"] in seen]
+
+    await eventually(collected, timeout=60, what="Argo's podGC to delete the completed step Pods")
     # The executor needed nothing beyond the adapter's Role: no request of its was refused.
-    logs = await step_logs(world)
+    logs = "\n".join(text for _, text in seen.values())
     assert "forbidden" not in logs.lower(), logs
 
 

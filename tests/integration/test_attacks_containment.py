@@ -31,10 +31,12 @@ from adapter import workflow_template
 from adapter.workloads import backend_pod, mpijob
 from localcluster import identities
 from localcluster.cluster import LocalCluster
+from localcluster.controlplane import KUBELET_NODE, KUBELET_USER
 from localcluster.fleet import SimNode
 from localcluster.install import configure_runner_image
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
+from tests.attack_support import attempt
 from tests.controller_support import eventually, install_rbac
 from tests.integration.test_deploy_manifests import default_inputs
 
@@ -299,6 +301,12 @@ async def _scheduled_on(admin: KubeClient, namespace: str, name: str) -> tuple[s
     return pod["spec"].get("nodeName", ""), f"{condition.get('status', '')}/{condition.get('reason', '')}"
 
 
+async def _unschedulable_message(admin: KubeClient, namespace: str, name: str) -> str:
+    pod = await admin.get(f"{pods_path(namespace)}/{name}")
+    conditions = pod.get("status", {}).get("conditions") or []
+    return str(next((c.get("message", "") for c in conditions if c["type"] == "PodScheduled"), ""))
+
+
 async def test_a_step_pod_is_never_scheduled_onto_a_node_under_test(
     cluster: LocalCluster, admin: KubeClient, namespace: str
 ) -> None:
@@ -319,8 +327,38 @@ async def test_a_step_pod_is_never_scheduled_onto_a_node_under_test(
         return condition == "False/Unschedulable"
 
     await eventually(unschedulable, timeout=60, what="the scheduler to give up on the step Pod")
-    # A free Node: the same Pod is placed there.
-    free = SimNode(f"{namespace}-free", labels=scope)
+    # Issue 42 M-C: a Node that is not under test, but that no admin marked trusted (a
+    # requested Node that dropped its own request label looks like this), gets no step Pod
+    # either: the trusted-node label is one its kubelet cannot set.
+    before = await _unschedulable_message(admin, namespace, name)
+    untrusted = SimNode(f"{namespace}-untrusted", labels=scope)
+    await cluster.add_nodes([untrusted])
+
+    async def reconsidered() -> bool:
+        node, _ = await _scheduled_on(admin, namespace, name)
+        assert node == "", f"the step Pod was scheduled onto {node}, a Node no admin marked trusted"
+        return await _unschedulable_message(admin, namespace, name) != before
+
+    # Evidence the scheduler tried again with the new Node: its verdict's message changed.
+    await eventually(reconsidered, timeout=60, what="the scheduler to reconsider the step Pod")
+    # ... and no kubelet can put that label on its own Node (NodeRestriction).
+    own = resource_path("v1", "nodes", name=KUBELET_NODE)
+    with contextlib.suppress(ApiError):
+        await admin.delete(own)  # left by an earlier, interrupted session
+    await cluster.add_nodes([SimNode(KUBELET_NODE)])
+    async with identities.user(cluster.plane, KUBELET_USER).client() as kubelet:
+        error = await attempt(
+            kubelet.merge_patch(
+                resource_path("v1", "nodes", name=KUBELET_NODE),
+                {"metadata": {"labels": {keys.TRUSTED_NODE_LABEL: "true"}}},
+            )
+        )
+    assert error is not None, f"a kubelet set {keys.TRUSTED_NODE_LABEL} on its own Node"
+    assert error.status == 403, error
+    assert keys.TRUSTED_NODE_LABEL in error.message, error
+    await cluster.remove_node(KUBELET_NODE)
+    # A trusted Node (labelled by an admin): the same Pod is placed there.
+    free = SimNode(f"{namespace}-free", labels={**scope, keys.TRUSTED_NODE_LABEL: "true"})
     await cluster.add_nodes([free])
 
     async def placed() -> str:
@@ -329,7 +367,7 @@ async def test_a_step_pod_is_never_scheduled_onto_a_node_under_test(
     assert await eventually(placed, timeout=60, what="the step Pod to be scheduled") == free.name
     with contextlib.suppress(ApiError):
         await admin.delete(f"{pods_path(namespace)}/{name}", {"gracePeriodSeconds": 0})
-    for node in (reserved, requested, free):
+    for node in (reserved, requested, untrusted, free):
         with contextlib.suppress(ApiError):
             await admin.delete(resource_path("v1", "nodes", name=node.name))
 

@@ -170,7 +170,13 @@ def test_deploy_renders_the_crds_from_crds_and_every_component() -> None:
     assert set(by_kind(docs, "Deployment")) == {"signal-controller", "signal-portal"}
     assert set(by_kind(docs, "PodDisruptionBudget")) == {"signal-controller", "signal-portal"}
     assert set(by_kind(docs, "WorkflowTemplate")) == {"signal-adapter"}
-    policies = {"signal-adapter-workloads", "signal-evidence", "signal-controller-workflows", "signal-scripts"}
+    policies = {
+        "signal-adapter-workloads",
+        "signal-evidence",
+        "signal-controller-workflows",
+        "signal-scripts",
+        "signal-identities",
+    }
     assert set(by_kind(docs, "ValidatingAdmissionPolicy")) == policies
     assert set(by_kind(docs, "ValidatingAdmissionPolicyBinding")) == policies
     for name, policy in by_kind(docs, "ValidatingAdmissionPolicy").items():

@@ -120,6 +120,37 @@ async def test_a_renewal_task_that_dies_stops_every_write(
         await lease.close()
 
 
+async def test_a_lease_claiming_a_huge_duration_parks_no_replica(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 42 M-B: one write of the Lease (by anyone RBAC lets write Leases, where the
+    signal-identities policy is not in force) with leaseDurationSeconds 2147483647 must not
+    park every replica: another holder's duration is honoured up to the replica's own."""
+    await install_rbac(admin, namespace)
+    ghost = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "signal-controller", "namespace": namespace},
+        "spec": {
+            "holderIdentity": "ghost",
+            "leaseDurationSeconds": 2147483647,
+            "renewTime": "2026-01-01T00:00:00.000000Z",
+        },
+    }
+    await admin.create(resource_path("coordination.k8s.io/v1", "leases", namespace), ghost)
+    kube = await _kube(cluster, namespace, tmp_path / "a")
+    elector = _elector(kube, namespace, "replica-a")
+    try:
+        began = time.monotonic()
+        await asyncio.wait_for(elector.acquire(), 5 * DURATION)
+        assert time.monotonic() - began > DURATION, "took the ghost's Lease before it could have expired"
+        lease = await admin.get(resource_path("coordination.k8s.io/v1", "leases", namespace, "signal-controller"))
+        assert lease["spec"]["holderIdentity"] == "replica-a"
+        assert lease["spec"]["leaseDurationSeconds"] == DURATION
+    finally:
+        await kube.close()
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 1000.0

@@ -52,11 +52,11 @@ SEEN_AT_100 = Observed(record(FOREIGN), 100.0)
             id="an ancient renewTime means nothing by itself (no wall-clock comparison)",
         ),
         pytest.param(
-            _lease("controller-b", duration=60),
-            Observed(record(_lease("controller-b", duration=60)), 100.0),
-            150.0,
-            False,
-            id="the holder's own longer duration counts",
+            _lease("controller-b", duration=10),
+            Observed(record(_lease("controller-b", duration=10)), 100.0),
+            110.001,
+            True,
+            id="the holder's own shorter duration counts",
         ),
         pytest.param(
             _lease("controller-b", duration=None),
@@ -70,6 +70,23 @@ SEEN_AT_100 = Observed(record(FOREIGN), 100.0)
 )
 def test_may_acquire(lease: Any, observed: Observed | None, now: float, expected: bool) -> None:
     assert may_acquire(lease, ME, observed, now) is expected
+
+
+@pytest.mark.parametrize(
+    ("duration", "now", "expected"),
+    [
+        pytest.param(2147483647, 115.0, False, id="a huge duration: held for our own duration"),
+        pytest.param(2147483647, 115.001, True, id="a huge duration parks no replica past our own duration"),
+        pytest.param(60, 115.001, True, id="a longer duration than ours is capped at ours"),
+        pytest.param(0, 100.5, False, id="a zero duration counts as our own (the API server refuses it anyway)"),
+    ],
+)
+def test_another_holders_duration_is_honoured_at_most_up_to_our_own(duration: int, now: float, expected: bool) -> None:
+    """Issue 42 M-B: anyone who may write the Lease (a third party with Lease rights, before
+    the signal-identities policy) could set leaseDurationSeconds: 2147483647 and park every
+    replica for ever; a replica honours at most its own configured duration."""
+    lease = _lease("controller-b", duration=duration)
+    assert may_acquire(lease, ME, Observed(record(lease), 100.0), now, own_duration=15) is expected
 
 
 def test_observe_keeps_the_first_sighting_until_the_record_changes() -> None:

@@ -2,6 +2,7 @@
 then pin the contract the controller and the adapter are written against."""
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -12,9 +13,13 @@ from adapter.workflow_template import (
     OUTPUT_PATH,
     RUNNER_IMAGE_ENV,
     TERMINATION_GRACE_SECONDS,
+    StepPlacement,
     build_workflow_template,
+    digest_of_rendered,
     render,
 )
+from shared import keys
+from shared.digests import template_digest
 
 PARAMETERS = {
     "run-name",
@@ -178,3 +183,43 @@ def test_steps_get_the_runner_image_a_termination_grace_and_an_exit_handler_that
     args = templates["sweep"]["container"]["args"]
     assert args[args.index("--sweep-checks-json") + 1] == "{{workflow.parameters.checks}}"
     assert "--check-index" not in args
+
+
+def test_steps_run_only_on_nodes_an_admin_marked_trusted_and_go_when_they_end(doc: dict[str, Any]) -> None:
+    """Issue 42 M-C: the trusted-node selector is mandatory and a label no kubelet can set on
+    its own Node; step Pods (the adapter's token) are deleted as soon as they complete."""
+    spec = doc["spec"]
+    assert spec["nodeSelector"] == {keys.TRUSTED_NODE_LABEL: "true"}
+    assert keys.TRUSTED_NODE_LABEL.startswith("node-restriction.kubernetes.io/")
+    assert spec["podGC"] == {"strategy": "OnPodCompletion"}
+
+
+@pytest.mark.parametrize(
+    "selector",
+    [
+        pytest.param({}, id="empty"),
+        pytest.param({"pool": "system"}, id="only-a-label-the-kubelet-can-set"),
+        pytest.param({keys.TRUSTED_NODE_LABEL: ""}, id="restricted-key-with-an-empty-value"),
+    ],
+)
+def test_a_step_placement_without_a_kubelet_proof_label_is_refused(selector: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match=re.escape(keys.NODE_RESTRICTION_PREFIX)):
+        StepPlacement(node_selector=selector)
+
+
+def test_a_step_placement_may_add_the_operators_own_labels() -> None:
+    placement = StepPlacement(node_selector={keys.TRUSTED_NODE_LABEL: "true", "pool": "system"})
+    spec = build_workflow_template(placement=placement)["spec"]
+    assert spec["nodeSelector"] == {keys.TRUSTED_NODE_LABEL: "true", "pool": "system"}
+
+
+def test_the_digest_of_the_rendered_template_is_the_generators() -> None:
+    """What `kubectl kustomize deploy/ | python -m adapter.workflow_template --digest` prints
+    for the committed template (the controller's --workflow-template-digest) is the content
+    digest of its spec; any change of the spec changes it."""
+    built = build_workflow_template()
+    assert digest_of_rendered(OUTPUT_PATH.read_text()) == template_digest(built)
+    changed = {**built, "spec": {**built["spec"], "podSpecPatch": "{}"}}
+    assert template_digest(changed) != template_digest(built)
+    relabelled = {**built, "metadata": {"name": "signal-adapter", "labels": {"x": "y"}}}
+    assert template_digest(relabelled) == template_digest(built), "metadata is not what Argo runs"
