@@ -27,9 +27,9 @@ class PlacementError(ValueError):
 
 
 def parse_trusted_selector(text: str) -> dict[str, str]:
-    """``key=value,...`` into labels; every key under ``node-restriction.kubernetes.io/``, the
-    only prefix NodeRestriction forbids a kubelet to set on its own Node (a selector on any
-    other label lets a compromised Node make itself trusted). Empty text: no selector."""
+    """``key=value,...`` into labels; at least one key under ``node-restriction.kubernetes.io/``,
+    the only prefix NodeRestriction forbids a kubelet to set on its own Node (a selector on other
+    labels alone lets a compromised Node make itself trusted). Empty text: no selector."""
     labels: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
@@ -41,12 +41,14 @@ def parse_trusted_selector(text: str) -> dict[str, str]:
 
 
 def check_trusted(labels: Mapping[str, str]) -> None:
-    """Raise PlacementError unless every key is one a kubelet cannot set."""
-    loose = sorted(key for key in labels if not key.startswith(TRUSTED_LABEL_PREFIX))
-    if loose:
+    """Raise PlacementError unless at least one key (with a value) is one a kubelet cannot set:
+    a selector is ANDed, so that key alone proves an admin labelled the Node; other keys (an
+    operator's pool label) may narrow it further but never stand alone."""
+    if labels and not any(key.startswith(TRUSTED_LABEL_PREFIX) and value for key, value in labels.items()):
         raise PlacementError(
-            f"trusted-node labels must be under {TRUSTED_LABEL_PREFIX} (a kubelet can set any other label on "
-            f"its own Node): {', '.join(loose)}; label the trusted Nodes with such a key as a cluster admin"
+            f"a trusted-node selector needs a label under {TRUSTED_LABEL_PREFIX} (a kubelet can set any other "
+            f"label on its own Node), got {', '.join(sorted(labels))}; label the trusted Nodes with such a key as "
+            "a cluster admin"
         )
 
 

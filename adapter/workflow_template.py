@@ -55,7 +55,7 @@ recursive steps template with input ``index`` (default ``"0"``).
   (``node-restriction.kubernetes.io/signal.certify``) and reservation label (``projectsignal.dev/reserved-by``);
   the template tolerates no Signal taint, so a cordoned (reserved) Node is out as well. And
   the ``nodeSelector`` is mandatory: trusted Nodes carry a label no kubelet can set on its own
-  Node (``StepPlacement``, default ``node-restriction.kubernetes.io/signal-trusted=true``, set
+  Node (``StepPlacement``, default ``node-restriction.kubernetes.io/signal.trusted=true``, set
   by an admin; an empty or kubelet-writable selector is refused), so a Node that drops its own
   request label still never receives a step Pod; the admission policy
   ``signal-identities`` refuses an adapter Pod without it. ``podGC: OnPodCompletion`` deletes
@@ -92,7 +92,7 @@ from hera.workflows.models import (
     ValueFrom,
 )
 
-from adapter.placement import NOT_UNDER_TEST, TRUSTED_SELECTOR_ENV, check_trusted
+from adapter.placement import NOT_UNDER_TEST, TRUSTED_SELECTOR_ENV
 from adapter.step import OUTPUT_DEFAULTS, OUTPUT_DIR, RUNNER_IMAGE_ENV
 from shared import keys
 from shared.digests import template_digest
@@ -175,7 +175,6 @@ class StepPlacement:
                 f"(a label no kubelet can set on its own Node), e.g. {keys.TRUSTED_NODE_LABEL}=true; "
                 f"got {dict(self.node_selector)!r}. Label your trusted Nodes as an admin and name that label here"
             )
-        check_trusted(self.node_selector)  # and no key a kubelet could set on its own Node
         for toleration in self.tolerations:
             if toleration.get("key") in ("", None, keys.RESERVED_TAINT_KEY):
                 raise ValueError(

@@ -37,7 +37,7 @@ ATTEMPT_ANNOTATION: Final = f"{GROUP}/next-attempt"
 RESERVED_TAINT_KEY: Final = f"{GROUP}/reserved"
 NODE_RESTRICTION_PREFIX: Final = "node-restriction.kubernetes.io/"
 """Label keys under this prefix cannot be set by a kubelet on its own Node (NodeRestriction)."""
-TRUSTED_NODE_LABEL: Final = f"{NODE_RESTRICTION_PREFIX}signal-trusted"
+TRUSTED_NODE_LABEL: Final = f"{NODE_RESTRICTION_PREFIX}signal.trusted"
 """The default trusted-node label: adapter step Pods (and their admission policy,
 deploy/base/identity-admission-policy.yaml) require it, so only an admin-labelled Node ever
 holds the adapter's token (issue 42 M-C)."""

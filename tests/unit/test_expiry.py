@@ -91,6 +91,7 @@ def test_orphaned_keys_are_those_of_profiles_that_are_gone() -> None:
         .label(certified.trusted_label(long_name), "Pass")
         .label(keys.certified_label("already"), STALE)
         .label(keys.CERTIFY_LABEL, "gone")  # the request label is no result
+        .label(keys.TRUSTED_NODE_LABEL, "true")  # nor the trusted-node label of adapter steps
         .build()
     )
     found = orphaned_keys(node_copy(node), {"kept"})
@@ -100,3 +101,11 @@ def test_orphaned_keys_are_those_of_profiles_that_are_gone() -> None:
         certified.trusted_label(long_name): certified.trusted_label(long_name),
     }
     assert orphaned_keys(node_copy(node), {"kept", "gone", long_name}) == {}
+
+
+@pytest.mark.parametrize("profile", ["trusted", "certify", "a", "p" * 60])
+def test_no_profile_result_label_is_signals_other_node_restriction_labels(profile: str) -> None:
+    """The request label and the trusted-node label share the result labels' prefix; their
+    'signal.' form never equals a profile's 'signal-<profile>' key, so a profile named 'trusted'
+    or 'certify' neither overwrites them nor is expired in their place."""
+    assert certified.trusted_label(profile) not in {keys.CERTIFY_LABEL, keys.TRUSTED_NODE_LABEL}

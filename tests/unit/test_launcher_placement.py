@@ -10,7 +10,7 @@ from adapter.workflow_template import StepPlacement, build_workflow_template
 from shared import keys
 from tests.unit.signal_builders import make_inputs
 
-TRUSTED = {"node-restriction.kubernetes.io/signal-trusted": "true"}
+TRUSTED = {"node-restriction.kubernetes.io/signal.trusted": "true"}
 
 
 def launcher_term(trusted: dict[str, str] | None) -> dict[str, object]:
@@ -26,7 +26,7 @@ def test_a_crossnode_launcher_runs_only_on_the_trusted_nodes() -> None:
     assert term["matchExpressions"] == [
         {"key": keys.CERTIFY_LABEL, "operator": "DoesNotExist"},
         {"key": keys.RESERVED_BY_LABEL, "operator": "DoesNotExist"},
-        {"key": "node-restriction.kubernetes.io/signal-trusted", "operator": "In", "values": ["true"]},
+        {"key": "node-restriction.kubernetes.io/signal.trusted", "operator": "In", "values": ["true"]},
     ]
     # Without a selector: any Node not under test, as before.
     assert len(launcher_term(None)["matchExpressions"]) == 2
@@ -45,13 +45,13 @@ def test_a_selector_a_kubelet_could_satisfy_is_refused(text: str) -> None:
 
 def test_the_steps_trusted_nodes_are_the_launchers() -> None:
     assert parse_trusted_selector("") == {}
-    assert parse_trusted_selector("node-restriction.kubernetes.io/signal-trusted=true") == TRUSTED
+    assert parse_trusted_selector("node-restriction.kubernetes.io/signal.trusted=true") == TRUSTED
     template = build_workflow_template(placement=StepPlacement(node_selector=TRUSTED))
     assert template["spec"]["nodeSelector"] == TRUSTED
     for step in template["spec"]["templates"]:
         if "container" in step:
             env = {e["name"]: e["value"] for e in step["container"]["env"]}
-            assert env[TRUSTED_SELECTOR_ENV] == "node-restriction.kubernetes.io/signal-trusted=true"
+            assert env[TRUSTED_SELECTOR_ENV] == "node-restriction.kubernetes.io/signal.trusted=true"
     args = parser().parse_args(
         ["--run-namespace", "n", "--run-name", "r", "--run-uid", "u", "--participants-json", "[]", "--snapshot", "s"]
     )

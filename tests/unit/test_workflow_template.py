@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from adapter.placement import TRUSTED_SELECTOR_ENV
 from adapter.workflow_template import (
     COMMAND,
     OUTPUT_PATH,
@@ -171,7 +172,11 @@ def test_steps_get_the_runner_image_a_termination_grace_and_an_exit_handler_that
     for name in ("check", "sweep"):
         container = templates[name]["container"]
         assert container["image"] == "registry.example/adapter@sha256:" + "a" * 64
-        assert container["env"] == [{"name": RUNNER_IMAGE_ENV, "value": "registry.example/runner:9"}]
+        assert container["env"] == [
+            {"name": RUNNER_IMAGE_ENV, "value": "registry.example/runner:9"},
+            # crossNode launchers go where the steps go (the trusted Nodes; issue 42 H-B, M-C)
+            {"name": TRUSTED_SELECTOR_ENV, "value": f"{keys.TRUSTED_NODE_LABEL}=true"},
+        ]
         assert json.loads(templates[name]["podSpecPatch"]) == {
             "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS
         }
