@@ -213,9 +213,13 @@ def reservation_patch(node: Mapping[str, Any], run: Mapping[str, Any], index: in
         "index": index,
         "request": request,
     }
-    attempt = (node["metadata"].get("annotations") or {}).get(keys.ATTEMPT_ANNOTATION)
+    present = node["metadata"].get("annotations") or {}
+    attempt = present.get(keys.ATTEMPT_ANNOTATION)
     if attempt:
         detail["nextAttempt"] = attempt  # restored by a rollback, with the request
+    # Autoscalers leave a held Node alone; only what the reservation adds goes with the release.
+    guards = [k for k in keys.DO_NOT_DISRUPT_ANNOTATIONS if k not in present]
+    detail["doNotDisrupt"] = guards
     return {
         "metadata": {
             "resourceVersion": node["metadata"]["resourceVersion"],
@@ -224,6 +228,7 @@ def reservation_patch(node: Mapping[str, Any], run: Mapping[str, Any], index: in
             "annotations": {
                 keys.RESERVATION_ANNOTATION: json.dumps(detail, sort_keys=True),
                 keys.ATTEMPT_ANNOTATION: None,
+                **dict.fromkeys(guards, "true"),
             },
         },
         "spec": {"taints": taints},
@@ -254,6 +259,10 @@ def release_patch(
         patch["metadata"]["annotations"] = {keys.RESERVATION_ANNOTATION: None}
         annotations = node.get("metadata", {}).get("annotations") or {}
         detail = _detail_of(annotations.get(keys.RESERVATION_ANNOTATION, ""))
+        added = detail.get("doNotDisrupt")
+        for key in added if isinstance(added, list) else []:
+            if key in keys.DO_NOT_DISRUPT_ANNOTATIONS and key in annotations:  # never anything else
+                patch["metadata"]["annotations"][key] = None
         request = restore_request
         if request and keys.CERTIFY_LABEL not in labels:
             patch["metadata"]["labels"][keys.CERTIFY_LABEL] = request

@@ -58,6 +58,9 @@ class NodeView:
     patch written from this view keeps (``patch_basis``)."""
     attempt_raw: str = ""
     """The Node's next-attempt annotation as it is (``next_attempt`` is its parsed form)."""
+    guards: tuple[str, ...] = ()
+    """Which of the autoscalers' do-not-disrupt annotations the Node carries (a reservation
+    adds the others, and its release removes only those: controller/manifests.py)."""
 
     @property
     def signal_tainted(self) -> bool:
@@ -152,6 +155,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         ),
         raw_taints=tuple(tuple((sys.intern(str(k)), str(v)) for k, v in t.items()) for t in taints),
         attempt_raw=sys.intern(str(annotations.get(keys.ATTEMPT_ANNOTATION) or "")),
+        guards=tuple(k for k in keys.DO_NOT_DISRUPT_ANNOTATIONS if k in annotations),
     )
 
 
@@ -161,6 +165,7 @@ def patch_basis(view: NodeView) -> dict[str, Any]:
     it is conditioned on that resourceVersion, so it applies only to exactly the Node the view
     was parsed from (else the API server answers Conflict)."""
     annotations = {keys.ATTEMPT_ANNOTATION: view.attempt_raw} if view.attempt_raw else {}
+    annotations |= dict.fromkeys(view.guards, "true")  # their presence is what a reservation decides on
     return {
         "metadata": {
             "name": view.name,

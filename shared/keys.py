@@ -32,6 +32,12 @@ RESERVATION_ANNOTATION: Final = f"{GROUP}/reservation"
 # Set on Nodes released for a retry of an Inconclusive Run: "<profile>:<next attempt>";
 # consumed by the next reservation, like the request label.
 ATTEMPT_ANNOTATION: Final = f"{GROUP}/next-attempt"
+# While Signal holds a Node (reserved, and after a Fail until its Run is released) autoscalers
+# must not remove it: set by the reservation unless the Node has them already, and removed by
+# the release only when the reservation set them (issue 43, item 5).
+AUTOSCALER_SCALE_DOWN_DISABLED: Final = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+KARPENTER_DO_NOT_DISRUPT: Final = "karpenter.sh/do-not-disrupt"
+DO_NOT_DISRUPT_ANNOTATIONS: Final = (AUTOSCALER_SCALE_DOWN_DISABLED, KARPENTER_DO_NOT_DISRUPT)
 # Signal's cordon: a NoSchedule taint whose value is the reserving Run's uid. Backend
 # workloads of that Run tolerate exactly it.
 RESERVED_TAINT_KEY: Final = f"{GROUP}/reserved"

@@ -64,12 +64,20 @@ class Scenario:
         return runs, workflows, nodes, json.loads(ledger["data"]["groups"])
 
     async def converged_admitted(self) -> bool:
+        """Admitted: one Running Run holding every Node (with the autoscalers' do-not-disrupt
+        annotations: issue 43, item 5), its Workflow and its ledger group."""
         runs, workflows, nodes, groups = await self.state()
         if len(runs) != 1 or runs[0].get("status", {}).get("phase") != "Running":
             return False
         uid = runs[0]["metadata"]["uid"]
+        guarded = all(
+            (n["metadata"].get("annotations") or {}).get(k) == "true"
+            for n in nodes
+            for k in keys.DO_NOT_DISRUPT_ANNOTATIONS
+        )
         return (
-            all(reserved_by(n) == uid for n in nodes)
+            guarded
+            and all(reserved_by(n) == uid for n in nodes)
             and [w["metadata"]["name"] for w in workflows] == [runs[0]["metadata"]["name"]]
             and list(groups) == [runs[0]["metadata"]["name"]]
         )
@@ -77,14 +85,14 @@ class Scenario:
     async def converged_free(self) -> bool:
         runs, _, nodes, groups = await self.state()
         live = [r for r in runs if not r["metadata"].get("deletionTimestamp")]
-        return not live and all(reserved_by(n) is None and not n["spec"].get("taints") for n in nodes) and not groups
+        return not live and all(free(n) for n in nodes) and not groups
 
     async def converged_released(self) -> bool:
         runs, _, nodes, groups = await self.state()
         released = len(runs) == 1 and any(
             c["type"] == "Released" and c["status"] == "True" for c in runs[0]["status"].get("conditions", [])
         )
-        return released and all(reserved_by(n) is None and not n["spec"].get("taints") for n in nodes) and not groups
+        return released and all(free(n) for n in nodes) and not groups
 
     async def finish(self, check: Callable[[], Awaitable[bool]], what: str) -> None:
         async def converged() -> bool:
@@ -111,6 +119,13 @@ class Scenario:
     def trace(self) -> list[str]:
         path = self.workdir / "trace.tsv"
         return [line.split("\t", 1)[1] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def free(node: Obj) -> bool:
+    """Neither reserved nor tainted, and no do-not-disrupt annotation left behind."""
+    annotations = node["metadata"].get("annotations") or {}
+    guards = any(k in annotations for k in keys.DO_NOT_DISRUPT_ANNOTATIONS)
+    return reserved_by(node) is None and not node["spec"].get("taints") and not guards
 
 
 async def admit_cleanly(s: Scenario) -> None:

@@ -286,7 +286,9 @@ def test_reservation_consumes_the_request_and_the_attempt() -> None:
         "index": 2,
         "request": PROFILE,
         "nextAttempt": f"{PROFILE}:3",  # kept so that a rollback restores it with the request
+        "doNotDisrupt": list(keys.DO_NOT_DISRUPT_ANNOTATIONS),  # what the release removes again
     }
+    assert all(annotations[k] == "true" for k in keys.DO_NOT_DISRUPT_ANNOTATIONS)
     assert patch["spec"]["taints"] == [
         {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
         {"key": RESERVED_TAINT_KEY, "value": RUN_UID, "effect": "NoSchedule"},
@@ -297,6 +299,43 @@ def test_reservation_consumes_the_request_and_the_attempt() -> None:
     assert view.reservation is not None
     assert (view.reservation.run_uid, view.reservation.index) == (RUN_UID, 2)
     assert view.signal_taint_uid == RUN_UID
+
+
+@pytest.mark.parametrize("operators", [(), (keys.AUTOSCALER_SCALE_DOWN_DISABLED,), keys.DO_NOT_DISRUPT_ANNOTATIONS])
+def test_autoscalers_leave_a_held_node_alone_and_the_release_removes_only_what_signal_added(
+    operators: tuple[str, ...],
+) -> None:
+    """Issue 43, item 5: while Signal holds a Node it carries the cluster-autoscaler and Karpenter
+    do-not-disrupt annotations, set and removed in the same patches as the reservation (a crash
+    between steps leaves none behind); an operator's own annotation is never removed."""
+    node = make_node("gpu-000").resource_version("9").requested(PROFILE)
+    for key in operators:
+        node.annotation(key, "true")
+    raw = node.build()
+    reserved = merge(raw, reservation_patch(raw, RUN, 0))
+    assert all(reserved["metadata"]["annotations"][k] == "true" for k in keys.DO_NOT_DISRUPT_ANNOTATIONS)
+    assert node_view(reserved).guards == keys.DO_NOT_DISRUPT_ANNOTATIONS
+    release = release_patch(reserved, RUN_UID)
+    assert release is not None
+    released = merge(reserved, release)
+    left = tuple(k for k in keys.DO_NOT_DISRUPT_ANNOTATIONS if k in (released["metadata"].get("annotations") or {}))
+    assert left == operators
+
+
+def test_a_release_removes_no_annotation_a_kubelet_listed_in_the_reservation() -> None:
+    detail = {"run": "r1", "uid": RUN_UID, "doNotDisrupt": ["example.com/operator-key", keys.KARPENTER_DO_NOT_DISRUPT]}
+    raw = reserved_node().build()
+    raw["metadata"]["annotations"] |= {
+        keys.RESERVATION_ANNOTATION: json.dumps(detail),
+        "example.com/operator-key": "keep",
+        keys.KARPENTER_DO_NOT_DISRUPT: "true",
+    }
+    release = release_patch(raw, RUN_UID)
+    assert release is not None
+    assert release["metadata"]["annotations"] == {
+        keys.RESERVATION_ANNOTATION: None,
+        keys.KARPENTER_DO_NOT_DISRUPT: None,
+    }
 
 
 def test_reservation_of_an_unrequested_node_records_an_empty_request() -> None:

@@ -54,6 +54,9 @@ NODES = {
     "a retry's attempt carried over": _node(annotations={keys.ATTEMPT_ANNOTATION: "p:3"}),
     "a malformed attempt carried over as it is": _node(annotations={keys.ATTEMPT_ANNOTATION: "not-an-attempt"}),
     "other annotations are not the patch's business": _node(annotations={"example.com/x": "y"}),
+    "an operator's do-not-disrupt annotation is kept as it is": _node(
+        annotations={keys.AUTOSCALER_SCALE_DOWN_DISABLED: "true"}
+    ),
 }
 
 
