@@ -195,11 +195,12 @@ async def _project(
     profile: str,
     participant: ParticipantRef,
     new: dict[str, str],
-    on_record: certified.Entry | None,
+    record: dict[str, certified.Entry] | None,
 ) -> bool:
     """Project one participant; False when the profile's record holds another, newer Run's
-    result for it (``on_record``: the record is monotonic; the Node's own annotation, which its
-    kubelet can write, is never what decides), or when the
+    result for it (the record is monotonic; the Node's own annotation, which its kubelet can
+    write, does not decide while there is a record; with none, the profile being gone, it is
+    all there is to order by, and controller/expiry.py marks such results Stale), or when the
     Node of its name is no longer the participant (replaced since the decision: a new Node
     never carries the old one's result, not even until the next re-assertion). The label
     PATCH is conditioned on the resourceVersion of the Node read, the condition's on its uid."""
@@ -209,6 +210,7 @@ async def _project(
         node = await ctx.kube.get_or_none(path)
         if node is None or node["metadata"].get("uid") != participant.node_uid:
             return False
+        on_record = recorded(node, profile) if record is None else record.get(node_name)
         patch = projection_patch(node, profile, new, on_record=on_record)
         if patch is None:
             newer = on_record is not None and on_record.get("runUID") != new["runUID"]
@@ -249,7 +251,7 @@ async def accept(ctx: Context, view: RunView, workflow: Obj | None, *, deadline_
         if node_name not in participants:  # never project a Node outside spec.participants
             continue
         new = detail(run, verdict, digest, completed)
-        if await _project(ctx, run, profile, participants[node_name], new, (record or {}).get(node_name)):
+        if await _project(ctx, run, profile, participants[node_name], new, record):
             projected.append(node_name)
             await events.emit(
                 ctx,
@@ -316,10 +318,10 @@ async def _not_adopted(ctx: Context, view: RunView, rejection: NotAdopted) -> No
     EVIDENCE_REJECTED.inc()
     log.warning("run evidence not adopted", run=view.name, config_map=rejection.config_map, why=rejection.why)
     completed = view.completion_time or ctx.timestamp()
-    record = await read_record(ctx, view.profile_name) or {}
+    record = await read_record(ctx, view.profile_name)
     for participant in view.participants:
         new = detail(run, "Inconclusive", "", completed)
-        await _project(ctx, run, view.profile_name, participant, new, record.get(participant.node_name))
+        await _project(ctx, run, view.profile_name, participant, new, record)
     message = (
         f"{rejection}. Nothing was certified; inspect that ConfigMap (this Run's acceptance did not write it "
         "as it is), delete it, and release the Run (spec.release: true)"
