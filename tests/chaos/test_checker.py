@@ -116,6 +116,9 @@ def certified(recorded: Recorded | None = None, *, end: bool = True) -> History:
             h.add("Pod", "DELETED", pod)
     for index, cm in rec.check_cms.items():
         assert cm is not None
+        results = rec.results_cms[index]
+        assert results is not None
+        h.add("ConfigMap", "ADDED", with_ns(results, f"r1-c{index}-results"))  # the adapter's, first
         h.add("ConfigMap", "ADDED", with_ns(cm, f"r1-c{index}-evidence"))
     h.add("ConfigMap", "ADDED", with_ns(rec.run_cm, "r1-evidence"))
     h.project("n0", rec.run)
