@@ -87,10 +87,9 @@ async def _guard_other_checks(kube: Kube, inputs: Inputs) -> None:
     selector = f"{keys.RUN_UID_LABEL}={inputs.run_uid},{keys.CHECK_LABEL}!={inputs.check.name}"
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
     jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    left = [f"Pod {p['metadata']['name']}" for p in pods if ownership.made_for_run(p, inputs.run_uid)]
-    left += [
-        f"MPIJob {j['metadata']['name']}" for j in jobs.get("items", []) if ownership.made_for_run(j, inputs.run_uid)
-    ]
+    # A kubelet's mirror Pod with the Run's labels holds nothing back (shared/ownership.py).
+    left = [f"Pod {p['metadata']['name']}" for p in pods if not ownership.is_mirror(p)]
+    left += [f"MPIJob {j['metadata']['name']}" for j in jobs.get("items", [])]
     if left:
         raise Refusal(
             f"Run {inputs.run_name}: workloads of another check still exist ({', '.join(sorted(left)[:5])}); "
@@ -344,7 +343,7 @@ async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
     selector = workloads.check_selector(inputs)
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
     jobs = await kube.get(resource_path(workloads.MPI_API, "mpijobs", inputs.run_namespace), labelSelector=selector)
-    return any(ownership.made_for_run(o, inputs.run_uid) for o in [*pods, *jobs.get("items", [])])
+    return any(not ownership.is_mirror(p) for p in pods) or bool(jobs.get("items"))
 
 
 async def _has_results(kube: Kube, inputs: Inputs) -> bool:

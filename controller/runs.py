@@ -27,7 +27,7 @@ from kubeio.client import Obj, resource_path
 from kubeio.errors import Conflict, NotFound
 from shared import keys
 from shared.conditions import set_condition
-from shared.ownership import made_for_run
+from shared.ownership import is_mirror
 from shared.run import Phase
 
 
@@ -103,11 +103,11 @@ async def _backend_workloads(ctx: Context, run: RunView) -> list[str]:
     selector = f"{keys.RUN_UID_LABEL}={run.uid}"
     found = []
     pods = await ctx.kube.get(resource_path("v1", "pods", ctx.namespace), labelSelector=selector)
-    # Only what Signal made (shared.ownership): a kubelet's mirror Pod with the Run's labels
-    # would otherwise hold the Run's end back for ever.
-    found += [f"Pod/{p['metadata']['name']}" for p in pods.get("items", []) if made_for_run(p, run.uid)]
+    # A kubelet's mirror Pod with the Run's labels (shared/ownership.py) would otherwise hold the
+    # Run's end back for ever; it runs nothing of Signal's.
+    found += [f"Pod/{p['metadata']['name']}" for p in pods.get("items", []) if not is_mirror(p)]
     jobs = await ctx.kube.get(resource_path("kubeflow.org/v2beta1", "mpijobs", ctx.namespace), labelSelector=selector)
-    found += [f"MPIJob/{j['metadata']['name']}" for j in jobs.get("items", []) if made_for_run(j, run.uid)]
+    found += [f"MPIJob/{j['metadata']['name']}" for j in jobs.get("items", [])]
     return found
 
 
