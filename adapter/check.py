@@ -95,11 +95,11 @@ async def _mpijobs(kube: Kube, inputs: Inputs, selector: str) -> list[Obj]:
 async def _guard_other_checks(kube: Kube, inputs: Inputs, run: Obj) -> None:
     selector = f"{keys.RUN_UID_LABEL}={inputs.run_uid},{keys.CHECK_LABEL}!={inputs.check.name}"
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    left = [f"Pod {p['metadata']['name']}" for p in pods if ownership.made_for_run(p, inputs.run_uid)]
+    # A kubelet's mirror Pod with the Run's labels holds nothing back (shared/ownership.py).
+    left = [f"Pod {p['metadata']['name']}" for p in pods if not ownership.is_mirror(p)]
     others = [c for i, c in enumerate(run["spec"].get("checks") or []) if i != inputs.check_index]
     if may_have_mpijobs(others):  # a Pod-only Run has no MPIJob to wait for
-        jobs = await _mpijobs(kube, inputs, selector)
-        left += [f"MPIJob {j['metadata']['name']}" for j in jobs if ownership.made_for_run(j, inputs.run_uid)]
+        left += [f"MPIJob {j['metadata']['name']}" for j in await _mpijobs(kube, inputs, selector)]
     if left:
         raise Refusal(
             f"Run {inputs.run_name}: workloads of another check still exist ({', '.join(sorted(left)[:5])}); "
@@ -351,10 +351,11 @@ async def _finish(
 async def _has_workloads(kube: Kube, inputs: Inputs) -> bool:
     selector = workloads.check_selector(inputs)
     pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-    pods = [p for p in pods if ownership.made_for_run(p, inputs.run_uid)]
-    if pods or inputs.check.backend == "Pod":  # a Pod check has no MPIJob
-        return bool(pods)
-    return any(ownership.made_for_run(j, inputs.run_uid) for j in await _mpijobs(kube, inputs, selector))
+    if any(not ownership.is_mirror(p) for p in pods):  # a kubelet's mirror Pod holds nothing back
+        return True
+    if inputs.check.backend == "Pod":  # a Pod check has no MPIJob
+        return False
+    return bool(await _mpijobs(kube, inputs, selector))
 
 
 async def _has_results(kube: Kube, inputs: Inputs) -> bool:

@@ -28,7 +28,7 @@ from kubeio.discovery import list_if_served
 from kubeio.errors import Conflict, NotFound
 from shared import keys
 from shared.conditions import set_condition
-from shared.ownership import made_for_run
+from shared.ownership import is_mirror
 from shared.run import Phase
 
 
@@ -107,14 +107,14 @@ async def _backend_workloads(ctx: Context, run: RunView) -> list[str]:
     selector = f"{keys.RUN_UID_LABEL}={run.uid}"
     found = []
     pods = await ctx.kube.get(resource_path("v1", "pods", ctx.namespace), labelSelector=selector)
-    # Only what Signal made (shared.ownership): a kubelet's mirror Pod with the Run's labels
-    # would otherwise hold the Run's end back for ever.
-    found += [f"Pod/{p['metadata']['name']}" for p in pods.get("items", []) if made_for_run(p, run.uid)]
+    # A kubelet's mirror Pod with the Run's labels (shared/ownership.py) would otherwise hold the
+    # Run's end back for ever; it runs nothing of Signal's.
+    found += [f"Pod/{p['metadata']['name']}" for p in pods.get("items", []) if not is_mirror(p)]
     if run.may_have_mpijobs:
         jobs = await list_if_served(
             ctx.kube, keys.MPIJOB_API_VERSION, keys.MPIJOB_PLURAL, ctx.namespace, labelSelector=selector
         )
-        found += [f"MPIJob/{j['metadata']['name']}" for j in jobs if made_for_run(j, run.uid)]
+        found += [f"MPIJob/{j['metadata']['name']}" for j in jobs]
     return found
 
 

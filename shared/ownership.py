@@ -63,22 +63,6 @@ def _controlled_by(obj: Obj, owner: Obj, kind: str) -> bool:
     return ref is not None and ref.get("kind") == kind and ref.get("uid") == _meta(owner).get("uid")
 
 
-def made_for_run(obj: Obj, run_uid: str) -> bool:
-    """Whether a Pod or MPIJob carrying a Run's labels is one Signal made for it: never a mirror
-    Pod; owned by the Run (what the adapter creates) or controlled by an MPIJob or a Job (the
-    MPI operator's workers and launcher Job, the Job controller's launcher Pods). A cheap test
-    for "does this Run still have workloads" (the adapter's guard, the controller's wait for
-    clean-up), so that a kubelet's look-alike holds nothing back; what counts for a verdict is
-    the full chain (``run_chain``, ``worker_chain``, ``launcher_chain``)."""
-    if is_mirror(obj):
-        return False
-    owners = _meta(obj).get("ownerReferences") or []
-    if any(isinstance(r, Mapping) and r.get("kind") == keys.RUN_KIND and r.get("uid") == run_uid for r in owners):
-        return True
-    ref = controller_ref(obj) or {}
-    return ref.get("kind") in (MPIJOB_KIND, JOB_KIND)
-
-
 def run_chain_of(run_name: str, run_uid: str) -> list[OwnerLink]:
     return [OwnerLink(kind=keys.RUN_KIND, name=run_name, uid=run_uid)]
 

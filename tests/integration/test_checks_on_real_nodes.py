@@ -271,7 +271,22 @@ async def _forge_mirror_launchers(
                         {"apiVersion": "v1", "kind": "Node", "name": node, "uid": owner["uid"], "controller": True}
                     ],
                 },
-                "spec": {"nodeName": node, "containers": [{"name": "runner", "image": image}]},
+                # Pod Security "restricted" holds for a kubelet's mirror Pods too.
+                "spec": {
+                    "nodeName": node,
+                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [
+                        {
+                            "name": "runner",
+                            "image": image,
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                                "runAsUser": keys.RUNNER_UID,
+                            },
+                        }
+                    ],
+                },
             }
             with contextlib.suppress(KubeAlreadyExists, KubeNotFound):
                 pod = await kubelet.create(pods, body)

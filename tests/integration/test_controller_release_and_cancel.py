@@ -4,15 +4,20 @@ backend workload remains; a non-terminal Run is never released. Issue 11: neithe
 nor the terminal status happens while a Run-labelled workload (Pod, MPIJob) remains."""
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from localcluster import identities
 from localcluster.cluster import LocalCluster
-from localcluster.kube import KubeClient, Obj, resource_path
+from localcluster.controlplane import KUBELET_NODE, KUBELET_USER
+from localcluster.fleet import SimNode
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
+from shared.ownership import MIRROR_ANNOTATION
 from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
 
 API = keys.API_VERSION
@@ -264,3 +269,51 @@ async def test_release_is_written_once_and_never_undone(admitted: tuple[World, O
         return listed["items"] or None
 
     assert len(await eventually(released_events, what="the RunReleased Event")) == 1
+
+
+async def test_a_kubelets_mirror_pod_with_the_runs_labels_holds_no_release_back(
+    admitted: tuple[World, Obj, list[str]],
+) -> None:
+    """Issue 42, Low (label squatting): a mirror Pod that a kubelet creates with its own
+    credential, labelled with the Run's uid, is no workload of the Run: the release goes on."""
+    world, run, names = admitted
+    admin = world.admin
+    uid = run["metadata"]["uid"]
+    idle = await admin.create(resource_path("v1", "nodes"), SimNode(KUBELET_NODE).manifest())
+    try:
+        async with identities.user(world.cluster.plane, KUBELET_USER).client() as kubelet:
+            await kubelet.create(
+                resource_path("v1", "pods", world.namespace),
+                {
+                    "metadata": {
+                        "name": f"squat-{KUBELET_NODE}",
+                        "labels": {keys.RUN_UID_LABEL: uid},
+                        "annotations": {MIRROR_ANNOTATION: "forged"},
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "v1",
+                                "kind": "Node",
+                                "name": KUBELET_NODE,
+                                "uid": idle["metadata"]["uid"],
+                                "controller": True,
+                            }
+                        ],
+                    },
+                    "spec": {"nodeName": KUBELET_NODE, "containers": [{"name": "c", "image": "x"}]},
+                },
+            )
+        await admin.merge_patch(run_path(run, "status"), {"status": {"phase": "Failed", "reason": "CheckFailed"}})
+        await admin.merge_patch(run_path(run), {"spec": {"release": True}})
+
+        async def released() -> Obj | None:
+            current = await admin.get(run_path(run))
+            return current if _true(current, "Released") else None
+
+        await eventually(released, what="Released=True despite the mirror Pod")
+        for node in await world.nodes(names):
+            assert reserved_by(node) is None
+    finally:
+        with contextlib.suppress(ApiError):
+            await admin.delete(
+                resource_path("v1", "nodes", name=KUBELET_NODE), {"preconditions": {"uid": idle["metadata"]["uid"]}}
+            )

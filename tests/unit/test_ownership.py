@@ -229,20 +229,6 @@ def test_a_pod_checks_pod_must_be_the_adapters_for_this_run() -> None:
     )
 
 
-def test_only_what_signal_made_holds_a_run_back() -> None:
-    """The adapter's "another check's workloads still exist" guard and the controller's wait for
-    a Run's workloads to be gone count only what Signal made: a mirror Pod with the Run's labels
-    holds nothing back (issue 42, Low: label squatting)."""
-    job = mpijob()
-    assert ownership.made_for_run(job, RUN_UID)  # the adapter's MPIJob (and Pods): owned by the Run
-    assert ownership.made_for_run(controlled(worker(HOSTS[0], "gpu-000", "w0"), "MPIJob", job), RUN_UID)
-    lj = launcher_job(job)
-    assert ownership.made_for_run(launcher_pod(lj, ALL_PASS, HOSTS), RUN_UID)
-    assert not ownership.made_for_run(mirror(launcher_pod(lj, ALL_PASS, HOSTS), "idle-9"), RUN_UID)
-    assert not ownership.made_for_run(worker(HOSTS[0], "gpu-000", "w0"), RUN_UID)  # no owner at all
-    assert not ownership.made_for_run(job, "another-run")
-
-
 def test_signalctl_shows_no_progress_from_a_mirror_pod() -> None:
     run = make_run()
     pod = {
