@@ -27,9 +27,10 @@ from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import certified, keys
+from shared.digests import bundle_digest
 from tests import evidence_builders as eb
 from tests.controller_support import World, install_rbac, profile_body
-from tests.run_builders import running_run, store, workflow_status
+from tests.run_builders import SCRIPTS, running_run, store, workflow_status
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 STARTED = "2026-11-30T00:00:00Z"
@@ -64,7 +65,8 @@ async def test_a_forged_pass_in_the_record_is_never_projected(
 ) -> None:
     world = World(cluster, admin, namespace)
     profile = f"rec-{namespace[2:10]}"
-    await world.add_profile(profile_body(profile, namespace, 2))
+    # The profile's suite is the Run's (a changed suite would make every result Stale: issue 43).
+    await world.add_profile(profile_body(profile, namespace, 2, digest=bundle_digest(SCRIPTS, {})))
     names = world.node_names(2, prefix="rec")
     await world.add_nodes(names, requested_for=None)
     try:
@@ -118,6 +120,7 @@ async def test_a_forged_pass_in_the_record_is_never_projected(
         status = {"observedGeneration": updated["metadata"]["generation"], "conditions": [ready]}
         await admin.merge_patch(f"{path}/status", {"status": status})
         await resync()
+        await ctx.take_fence()  # recurrence reads the admission ledger as its holder
         await recur(ctx, await admin.get(path))
         forged, honest = await world.nodes(names)
         assert forged["metadata"]["labels"].get(keys.CERTIFY_LABEL) == profile
