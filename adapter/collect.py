@@ -41,6 +41,13 @@ def pod_result(pod: Obj) -> tuple[RunnerResult | None, str]:
     """The runner's result in a terminated Pod, or None and why not."""
     phase = (pod.get("status") or {}).get("phase", "Unknown")
     if phase not in {"Succeeded", "Failed"}:
+        gates = {g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, dict)}
+        if workloads.KUEUE_ADMISSION_GATE in gates:
+            queue = ((pod.get("metadata") or {}).get("labels") or {}).get(workloads.KUEUE_QUEUE_LABEL, "?")
+            return None, (
+                f"NotAdmittedByQueue: Kueue never admitted the Pod from queue {queue} (still gated by "
+                f"{workloads.KUEUE_ADMISSION_GATE}); check the ClusterQueue's quota and the check's requests"
+            )
         return None, f"NotFinished: the Pod is {phase} (it never started, or outlived the wait)"
     terminated = _runner_status(pod)
     reason = (pod.get("status") or {}).get("reason")

@@ -46,6 +46,8 @@ KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_RETRIABLE_IN_GROUP: Final = "kueue.x-k8s.io/retriable-in-group"
+KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
+"""The scheduling gate Kueue puts on a queued Pod and lifts when its queue admits it."""
 """``false`` on a group's Pods: Signal never replaces a Pod, so a Pod that ends or is deleted ends
 the group (Kueue then releases its quota and removes its finalizers, also from Pods it never
 admitted, which the adapter deletes at the check's deadline)."""

@@ -12,6 +12,7 @@ import pytest
 from adapter import workloads
 from adapter.collect import collect_mpi, collect_pods, foreign, pod_result, pod_workloads, terminal
 from adapter.inputs import Inputs, Refusal, parse_inputs, validate_against_run
+from adapter.workloads import KUEUE_ADMISSION_GATE, KUEUE_QUEUE_LABEL
 from runner import mpi
 from shared import keys
 from shared.evidence import ParticipantResult
@@ -599,6 +600,19 @@ def test_pod_result_refuses(pod: Obj, fragment: str) -> None:
     result, why = pod_result(pod)
     assert result is None
     assert fragment in why
+
+
+def test_a_pod_kueue_never_admitted_says_so() -> None:
+    """Issue 41 §4: a check whose queue lacks quota ends with a reason naming the queue, not a
+    bare 'Pending' (the Pod still carries Kueue's admission gate)."""
+    pod = make_pod("p", "u", "n", phase="Pending", terminated=False)
+    pod["metadata"].setdefault("labels", {})[KUEUE_QUEUE_LABEL] = "gpu-queue"
+    pod.setdefault("spec", {})["schedulingGates"] = [{"name": KUEUE_ADMISSION_GATE}]
+    result, why = pod_result(pod)
+    assert result is None
+    assert why.startswith("NotAdmittedByQueue: Kueue never admitted the Pod from queue gpu-queue")
+    pod["spec"]["schedulingGates"] = [{"name": "example.com/other-gate"}]
+    assert pod_result(pod)[1].startswith("NotFinished: the Pod is Pending")
 
 
 P0 = participants(1)[0]
