@@ -115,5 +115,11 @@ def test_without_an_overlay_the_base_names_the_images_once_with_their_release_ta
     containers = pod_containers(kustomize(DEPLOY))
     images = {c["image"] for _, c in containers}
     assert images == {f"projectsignal.dev/{c}:0.1.0" for c in ("controller", "portal", "adapter")}
-    runner = {e["value"] for owner, c in containers if owner.startswith("Workflow") for e in c.get("env", [])}
+    runner = {
+        e["value"]
+        for owner, c in containers
+        if owner.startswith("Workflow")
+        for e in c.get("env", [])
+        if e["name"] == RUNNER_IMAGE_ENV
+    }
     assert runner == {"projectsignal.dev/runner:0.1.0"}

@@ -29,6 +29,7 @@ from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys
+from shared.digests import bundle_digest
 from shared.evidence import (
     CHECK_EVIDENCE_SCHEMA,
     RESULTS_SCHEMA,
@@ -279,7 +280,7 @@ async def test_the_check_evidence_stored_here_is_what_the_adapter_stores() -> No
         "metadata": {"name": "r", "namespace": "ns", "uid": "u"},
         "spec": {
             "checks": [{"name": "c", "scriptKey": "s.sh", "backend": "Pod"}],
-            "source": {"digest": "sha256:" + "0" * 64},
+            "source": {"digest": bundle_digest({"s.sh": "exit 0"}, {})},  # a suite the builders know
             "participants": [{"index": i, "nodeName": f"n{i}", "nodeUID": f"u{i}"} for i in range(PARTICIPANTS)],
         },
     }
