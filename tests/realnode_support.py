@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from adapter.placement import TRUSTED_SELECTOR_ENV
 from controller.manifests import snapshot_manifest
 from localcluster import images
 from localcluster.argoworkflows import SYSTEM_NODE, SYSTEM_NODE_LABEL
@@ -44,6 +45,12 @@ RESTRICTED = {
 }
 REAL_NODES = ("node-1", "node-2", "node-3")
 """Runs take the first two; the third is never requested (a crossNode launcher's Node)."""
+SPARE_NODE = REAL_NODES[-1]
+LAUNCHER_LABEL = "node-restriction.kubernetes.io/signal.test-launchers"
+"""With Argo: the label (one no kubelet can set) an admin puts on the spare real node, where the
+crossNode launchers must run (they need the runner image and SSH to the workers); the adapter's
+steps stay on the system node (the template's own trusted-node selector). The template installed
+here points the adapter's launcher selector (SIGNAL_TRUSTED_NODE_SELECTOR) at it."""
 SYSTEM_TAINT = {"key": SYSTEM_NODE_LABEL, "value": "true", "effect": "NoSchedule"}
 """With Argo, the simulated system node (the process kubelet's) is tainted and the adapter's
 WorkflowTemplate tolerates it, as docs/security.md tells operators to reserve trusted Nodes for
@@ -97,6 +104,8 @@ async def start_real_cluster(keep: bool = False, *, argo: bool = False) -> RealC
             await local.admin.merge_patch(
                 resource_path("v1", "nodes", name=SYSTEM_NODE), {"spec": {"taints": [SYSTEM_TAINT]}}
             )
+            trusted = {"metadata": {"labels": {LAUNCHER_LABEL: "true"}}}
+            await local.admin.merge_patch(resource_path("v1", "nodes", name=SPARE_NODE), trusted)
         else:
             # Argo's CRDs (the controller submits Workflows; Argo itself does not run here) and
             # the MPIJob CRD of the operator's source tree.
@@ -134,6 +143,10 @@ async def install_workflow_template(admin: KubeClient, namespace: str, toleratio
     template["metadata"]["namespace"] = namespace
     if tolerations:
         template["spec"]["tolerations"] = list(tolerations)
+    for step in template["spec"]["templates"]:
+        for env in (step.get("container") or {}).get("env") or []:
+            if env["name"] == TRUSTED_SELECTOR_ENV:
+                env["value"] = f"{LAUNCHER_LABEL}=true"
     path = resource_path("argoproj.io/v1alpha1", "workflowtemplates", namespace, template["metadata"]["name"])
     await admin.apply(path, template)
 
