@@ -15,7 +15,7 @@ a ``perNode`` launcher on its own participant's Node.
 from collections import Counter
 from typing import Any, assert_never
 
-from adapter import workloads
+from adapter import kueue, workloads
 from shared import keys
 from shared.evidence import OwnerLink, ParticipantResult, Workload
 from shared.profile import MpiScope
@@ -42,11 +42,11 @@ def pod_result(pod: Obj) -> tuple[RunnerResult | None, str]:
     phase = (pod.get("status") or {}).get("phase", "Unknown")
     if phase not in {"Succeeded", "Failed"}:
         gates = {g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or [] if isinstance(g, dict)}
-        if workloads.KUEUE_ADMISSION_GATE in gates:
-            queue = ((pod.get("metadata") or {}).get("labels") or {}).get(workloads.KUEUE_QUEUE_LABEL, "?")
+        if kueue.KUEUE_ADMISSION_GATE in gates:
+            queue = ((pod.get("metadata") or {}).get("labels") or {}).get(kueue.KUEUE_QUEUE_LABEL, "?")
             return None, (
                 f"NotAdmittedByQueue: Kueue never admitted the Pod from queue {queue} (still gated by "
-                f"{workloads.KUEUE_ADMISSION_GATE}); check the ClusterQueue's quota and the check's requests"
+                f"{kueue.KUEUE_ADMISSION_GATE}); check the ClusterQueue's quota and the check's requests"
             )
         return None, f"NotFinished: the Pod is {phase} (it never started, or outlived the wait)"
     terminated = _runner_status(pod)

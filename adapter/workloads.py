@@ -36,18 +36,20 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from adapter.inputs import Inputs
+
+# Re-exported (explicitly, for mypy): the adapter's tests name Kueue's marks as workloads'.
+from adapter.kueue import KUEUE_POD_GROUP_COUNT as KUEUE_POD_GROUP_COUNT  # noqa: PLC0414
+from adapter.kueue import KUEUE_POD_GROUP_LABEL as KUEUE_POD_GROUP_LABEL  # noqa: PLC0414
+from adapter.kueue import KUEUE_QUEUE_LABEL as KUEUE_QUEUE_LABEL  # noqa: PLC0414
+from adapter.kueue import KUEUE_RETRIABLE_IN_GROUP as KUEUE_RETRIABLE_IN_GROUP  # noqa: PLC0414
+from adapter.kueue import add_pod_group
+from adapter.kueue import pod_group as pod_group  # noqa: PLC0414
 from adapter.placement import node_affinity, off_nodes_under_test
 from shared import keys
 from shared.durations import parse_duration
 from shared.profile import Check
 
 RESERVED_TAINT_KEY: Final = keys.RESERVED_TAINT_KEY
-KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
-KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
-KUEUE_POD_GROUP_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"
-KUEUE_RETRIABLE_IN_GROUP: Final = "kueue.x-k8s.io/retriable-in-group"
-KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
-"""The scheduling gate Kueue puts on a queued Pod and lifts when its queue admits it."""
 """``false`` on a group's Pods: Signal never replaces a Pod, so a Pod that ends or is deleted ends
 the group (Kueue then releases its quota and removes its finalizers, also from Pods it never
 admitted, which the adapter deletes at the check's deadline)."""
@@ -86,19 +88,6 @@ def mpijob_name(inputs: Inputs, participant_index: int | None = None) -> str:
     """The crossNode MPIJob's name, or (``participant_index``) a perNode one's."""
     base = f"sig-{hashlib.sha256(inputs.run_uid.encode()).hexdigest()[:12]}-c{inputs.check_index}"
     return base if participant_index is None else f"{base}-p{participant_index}"
-
-
-def pod_group(inputs: Inputs) -> tuple[str, int] | None:
-    """(name, total count) of the Kueue pod group of a Pod check that names a queue and has
-    more than one participant, or None. Kueue admits the group's Pods together or none of
-    them (it keeps each gated until the whole group fits the queue's quota), so a check never
-    starts on part of its group and waits for the rest until its deadline. The name is the
-    Run's and check's, ``sig-<run uid>-c<check index>`` (at most 44 characters: a label value
-    and a Workload name; the adapter's admission policy admits only its own Run's), the count
-    the number of participants."""
-    if inputs.check.backend != "Pod" or not inputs.check.workload.kueue_queue_name or len(inputs.participants) < 2:
-        return None
-    return f"sig-{inputs.run_uid}-c{inputs.check_index}", len(inputs.participants)
 
 
 def mpijob_names(inputs: Inputs) -> list[tuple[str, int | None]]:
@@ -273,10 +262,7 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
         "labels": {**check_labels(inputs), keys.PARTICIPANT_LABEL: str(participant_index)},
         "ownerReferences": [run_owner(inputs)],
     }
-    group = pod_group(inputs)
-    if group is not None:
-        metadata["labels"][KUEUE_POD_GROUP_LABEL] = group[0]
-        metadata["annotations"] = {KUEUE_POD_GROUP_COUNT: str(group[1]), KUEUE_RETRIABLE_IN_GROUP: "false"}
+    add_pod_group(inputs, metadata)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 

@@ -26,8 +26,6 @@ whose Run does not exist yet only because no admission is between those two writ
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from enum import StrEnum
 from time import monotonic
 from typing import Any
 
@@ -40,6 +38,7 @@ from controller.ledger import LedgerError
 from controller.lifecycle import enforce_retention, recur, warn_legacy_requests
 from controller.nodes import NodeView
 from controller.profiles import reconcile_profile
+from controller.queuekeys import GROUPS, Key, Kind
 from controller.reassert import reassert_projections
 from controller.recovery import each_pass, recover
 from controller.requeue import STALE_RECHECK, run_requeue, stale_after_own_write
@@ -63,25 +62,6 @@ FATAL = (NotLeader,)
 MAX_FAILURES = 5
 """Consecutive failures (other than the API's) after which an object is ended."""
 CONFLICT_BACKOFF = Backoff(base=0.1, cap=5.0, jitter=0.5)
-
-
-class Kind(StrEnum):
-    RUN = "Run"
-    PROFILE = "Profile"
-    GROUPS = "NodeGroups"
-    """The reservations as a whole: orphaned reservations, ledger groups, Workflows, retention."""
-
-
-@dataclass(frozen=True, order=True)
-class Key:
-    kind: Kind
-    name: str = ""
-
-    def __str__(self) -> str:
-        return f"{self.kind.value}/{self.name}" if self.name else self.kind.value
-
-
-GROUPS = Key(Kind.GROUPS)
 
 
 def _version(obj: Any) -> str:

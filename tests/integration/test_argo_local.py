@@ -6,6 +6,7 @@ container, wait sidecar) hosted by the process kubelet in private mount namespac
 adapter inside the step Pod using in-cluster config as its ServiceAccount (issue 5)."""
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -137,7 +138,8 @@ async def record_step_pods(world: AdapterWorld, seen: dict[str, tuple[Obj, str]]
                 texts.append(path.read_text(errors="replace") if path.exists() else "")
             uid = pod["metadata"]["uid"]
             seen[uid] = (pod, "\n".join(texts) or (seen[uid][1] if uid in seen else ""))
-        await asyncio.sleep(0.1)
+        with contextlib.suppress(TimeoutError):  # sample again shortly, or end as soon as told
+            await asyncio.wait_for(stop.wait(), 0.1)
 
 
 async def test_argo_runs_every_check_in_order_as_the_adapter(world: AdapterWorld) -> None:

@@ -12,7 +12,7 @@ import pytest
 from adapter import workloads
 from adapter.collect import collect_mpi, collect_pods, foreign, pod_result, pod_workloads, terminal
 from adapter.inputs import Inputs, Refusal, parse_inputs, validate_against_run
-from adapter.workloads import KUEUE_ADMISSION_GATE, KUEUE_QUEUE_LABEL
+from adapter.kueue import KUEUE_ADMISSION_GATE, KUEUE_QUEUE_LABEL
 from runner import mpi
 from shared import keys
 from shared.evidence import ParticipantResult

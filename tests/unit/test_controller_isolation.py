@@ -15,7 +15,8 @@ from typing import Any, cast
 import pytest
 
 from controller.ledger import LedgerError
-from controller.loop import MAX_FAILURES, Controller, Key, Kind
+from controller.loop import MAX_FAILURES, Controller
+from controller.queuekeys import Key, Kind
 from controller.recovery import each_pass
 from controller.requeue import run_requeue, stale_after_own_write
 from controller.runview import run_view
