@@ -10,6 +10,10 @@ KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
 KUEUE_POD_GROUP_LABEL: Final = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_COUNT: Final = "kueue.x-k8s.io/pod-group-total-count"
 KUEUE_RETRIABLE_IN_GROUP: Final = "kueue.x-k8s.io/retriable-in-group"
+KUEUE_WORKLOAD_API: Final = "kueue.x-k8s.io/v1beta2"
+KUEUE_WORKLOADS: Final = "workloads"
+"""Kueue's Workload of a pod group is named after the group; the adapter deletes its own groups'
+(and only those: deploy/base/adapter-kueue-admission-policy.yaml) so that Kueue frees their Pods."""
 KUEUE_ADMISSION_GATE: Final = "kueue.x-k8s.io/admission"
 """The scheduling gate Kueue puts on a queued Pod and lifts when its queue admits it."""
 

@@ -16,6 +16,8 @@ CONTROLLER_WORKFLOWS_POLICY: Final = "signal-controller-workflows"
 """The only Workflow the controller may create: the signal-adapter template's."""
 SCRIPTS_POLICY: Final = "signal-scripts"
 """Who may create, change and delete a Run's script snapshot ConfigMap in the Signal namespace."""
+ADAPTER_KUEUE_POLICY: Final = "signal-adapter-kueue"
+"""The only Kueue Workloads the adapter may delete: its own pod groups' (issue 41 §4)."""
 IDENTITIES_POLICY: Final = "signal-identities"
 """Who may run Pods as Signal's ServiceAccounts, write Argo objects and Signal's control objects
 (the admission ledger, the leader Lease) in the Signal namespace."""
@@ -26,6 +28,7 @@ POLICY_FILES: Final = {
     CONTROLLER_WORKFLOWS_POLICY: "deploy/base/workflow-admission-policy.yaml",
     SCRIPTS_POLICY: "deploy/base/scripts-admission-policy.yaml",
     IDENTITIES_POLICY: "deploy/base/identity-admission-policy.yaml",
+    ADAPTER_KUEUE_POLICY: "deploy/base/adapter-kueue-admission-policy.yaml",
 }
 """Where each policy and its binding are defined (repository-relative)."""
 

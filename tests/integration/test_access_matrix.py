@@ -88,6 +88,7 @@ NEEDED: dict[str, list[Request]] = {
         *reqs("get", "batch", "jobs", "ns"),
         *reqs("get", "", "services", "ns"),
         *reqs("create patch", "argoproj.io", "workflowtaskresults", "ns"),  # Argo's executor outputs
+        *reqs("delete", "kueue.x-k8s.io", "workloads", "ns"),  # its own pod groups' only (a policy)
     ],
     "signal-portal": [
         *reqs("get list watch", SIGNAL, "certificationprofiles", "cluster"),

@@ -176,6 +176,7 @@ def test_deploy_renders_the_crds_from_crds_and_every_component() -> None:
         "signal-controller-workflows",
         "signal-scripts",
         "signal-identities",
+        "signal-adapter-kueue",
     }
     assert set(by_kind(docs, "ValidatingAdmissionPolicy")) == policies
     assert set(by_kind(docs, "ValidatingAdmissionPolicyBinding")) == policies
