@@ -3,13 +3,25 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint deps kplane argo coredns crds images mpi-operator bench
+# Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
+# minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
+# images, crash at every write, chaos, demos). `make test` runs every lane (CI's command).
+.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns crds images mpi-operator bench
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
 
 test: deps kplane argo coredns lint
 	$(BIN)/python -m pytest
+
+test-fast: deps lint
+	$(BIN)/python -m pytest -m unit tests/unit
+
+test-integration: deps kplane argo coredns
+	$(BIN)/python -m pytest -m integration
+
+test-system: deps kplane argo coredns
+	$(BIN)/python -m pytest -m system
 
 lint: deps
 	$(BIN)/ruff check .

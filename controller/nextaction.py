@@ -13,8 +13,14 @@ The rules, in order:
 * Running without a Workflow recorded: ``SUBMIT_WORKFLOW``;
 * Running: ``ACCEPT`` once its Workflow has finished; ``CONFIRM_WORKFLOW_GONE`` when the cache
   does not have it; after the suite deadline ``STOP_WORKFLOW`` (then accept), or
-  ``ACCEPT_AFTER_DEADLINE`` once it was stopped; otherwise ``WAIT``."""
+  ``ACCEPT_AFTER_DEADLINE`` once it was stopped; otherwise ``WAIT``.
 
+And the decisions the reconciler makes once it has read what an action waits for:
+``cancel_step`` (what a cancel does in each state of the Workflow and the workloads),
+``workloads_step`` (whether no backend workload remains, and whether that is recorded yet),
+``retry_due`` (when an Inconclusive Run is retried) and ``resubmit_allowed``."""
+
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -101,3 +107,69 @@ def next_action(run: RunView, workflow: Obj | None, now: datetime, *, max_attemp
         stopped = (mine.get("spec") or {}).get("shutdown") == SHUTDOWN
         return Action.ACCEPT_AFTER_DEADLINE if stopped else Action.STOP_WORKFLOW
     return Action.WAIT
+
+
+class CancelStep(StrEnum):
+    """What a pass over a cancelled live Run does after asking Argo to stop its Workflow
+    (``cancel_step``)."""
+
+    RESUBMIT_FOR_CLEANUP = "ResubmitForCleanup"
+    """Workloads remain and the Workflow was deleted: submit it again, so that its adapter
+    (stopped at once, the Run being cancelled) removes them."""
+    RETIRE_WORKFLOW = "RetireWorkflow"
+    """Workloads remain and the Workflow has finished: nothing of it will remove them; replace it."""
+    WAIT_FOR_WORKLOADS = "WaitForWorkloads"
+    """Workloads remain (``WorkloadCleanupComplete=False``, ``WorkloadsRemain``)."""
+    WAIT_FOR_WORKFLOW = "WaitForWorkflow"
+    """None remains, but Argo is still stopping the Workflow: its adapters write the interrupted
+    check's evidence (``WorkflowStopping``)."""
+    CANCELED = "Canceled"
+    """None remains and the Workflow has finished, or Argo never started it: end Canceled."""
+
+
+def stop_needed(workflow: Obj | None) -> bool:
+    """Whether a cancelled Run's Workflow (live, uncached; None: gone) still has to be asked to stop."""
+    return workflow is not None and (workflow.get("spec") or {}).get("shutdown") != SHUTDOWN
+
+
+def cancel_step(run: RunView, workflow: Obj | None, remaining: Sequence[str]) -> CancelStep:
+    """The step of a cancelled live Run, from its Workflow as read now (None: gone) and the
+    backend workloads of the Run that remain (``Kind/name``)."""
+    phase = ((workflow or {}).get("status") or {}).get("phase")
+    if remaining:
+        if workflow is None and run.workflow is not None:
+            return CancelStep.RESUBMIT_FOR_CLEANUP
+        if workflow is not None and phase in FINISHED_WORKFLOW_PHASES:
+            return CancelStep.RETIRE_WORKFLOW
+        return CancelStep.WAIT_FOR_WORKLOADS
+    if phase and phase not in FINISHED_WORKFLOW_PHASES:
+        return CancelStep.WAIT_FOR_WORKFLOW
+    return CancelStep.CANCELED
+
+
+class WorkloadsStep(StrEnum):
+    """Whether a Run may go on to its end, its release or its retry, given the backend
+    workloads that remain (``workloads_step``)."""
+
+    GO_ON = "GoOn"
+    """None remains, and no wait for them is recorded as still going on."""
+    RECORD_END = "RecordEnd"
+    """None remains; the wait recorded (``WorkloadCleanupComplete=False``) is ended first
+    (``True``, ``NoWorkloads``); the next pass, with that status, goes on."""
+    WAIT = "Wait"
+    """Some remain: ``WorkloadCleanupComplete=False``, ``WorkloadsRemain``; nothing else is done."""
+
+
+def workloads_step(run: RunView, remaining: Sequence[str]) -> WorkloadsStep:
+    if remaining:
+        return WorkloadsStep.WAIT
+    waited = run.condition("WorkloadCleanupComplete")
+    if waited is None or waited.get("status") == "True":
+        return WorkloadsStep.GO_ON
+    return WorkloadsStep.RECORD_END
+
+
+def resubmit_allowed(run: RunView, most: int) -> bool:
+    """Whether a finished Workflow that left workloads behind may be replaced once more
+    (``status.workflowResubmits`` below ``most``); after that they are the operator's."""
+    return run.workflow_resubmits < most

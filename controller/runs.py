@@ -19,7 +19,18 @@ from controller import events
 from controller.accept import accept
 from controller.admission import complete_admission, submit_workflow
 from controller.lifecycle import clean_children
-from controller.nextaction import FINISHED_WORKFLOW_PHASES, SHUTDOWN, Action, deadline_passed, next_action
+from controller.nextaction import (
+    SHUTDOWN,
+    Action,
+    CancelStep,
+    WorkloadsStep,
+    cancel_step,
+    deadline_passed,
+    next_action,
+    resubmit_allowed,
+    stop_needed,
+    workloads_step,
+)
 from controller.reservations import AdmissionAborted, release_nodes
 from controller.runview import RunView, run_view
 from controller.state import Context, log
@@ -128,10 +139,10 @@ async def wait_for_workloads(ctx: Context, run: RunView, remaining: list[str], *
     """``workloads_remain`` for workloads already listed (``remaining``). Also True in the pass
     that records the end of a wait: the next pass, with that status, goes on."""
     current = list(run.conditions)
-    if not remaining:
-        waited = run.condition("WorkloadCleanupComplete")
-        if waited is None or waited.get("status") == "True":
-            return False
+    step = workloads_step(run, remaining)
+    if step is WorkloadsStep.GO_ON:
+        return False
+    if step is WorkloadsStep.RECORD_END:
         # Record the end of the wait first; the next pass (with this status) goes on.
         conditions = set_condition(
             current,
@@ -195,7 +206,7 @@ async def _retire_stranding_workflow(ctx: Context, run: RunView, workflow: Obj) 
     mid-check, then the sweep failed in an API outage; two Runs waited in WorkloadsRemain for
     ever)."""
     count = run.workflow_resubmits
-    if count >= MAX_CLEANUP_RESUBMITS:
+    if not resubmit_allowed(run, MAX_CLEANUP_RESUBMITS):
         log.warning("workloads remain after every resubmitted workflow; leaving them to the operator", run=run.name)
         return
     updated = set_condition(
@@ -226,19 +237,21 @@ async def cancel(ctx: Context, run: RunView) -> None:
     name = run.name
     path = resource_path(keys.ARGO_API_VERSION, keys.WORKFLOW_PLURAL, ctx.namespace, name)
     workflow = await ctx.kube.get_or_none(path)
-    if workflow is not None and workflow.get("spec", {}).get("shutdown") != SHUTDOWN:
+    if workflow is not None and stop_needed(workflow):
         await ctx.kube.merge_patch(
             path, {"metadata": {"uid": workflow["metadata"]["uid"]}, "spec": {"shutdown": SHUTDOWN}}
         )
     remaining = await _backend_workloads(ctx, run)
-    if remaining and workflow is None and run.workflow is not None:
+    step = cancel_step(run, workflow, remaining)
+    if step is CancelStep.RESUBMIT_FOR_CLEANUP:
         await _resubmit_for_cleanup(ctx, run)
         return
-    if remaining and workflow is not None and (workflow.get("status") or {}).get("phase") in FINISHED_WORKFLOW_PHASES:
+    if step is CancelStep.RETIRE_WORKFLOW:
+        assert workflow is not None  # cancel_step: a finished Workflow
         await _retire_stranding_workflow(ctx, run, workflow)
         return
     now, generation = ctx.clock(), run.generation
-    if remaining:
+    if step is CancelStep.WAIT_FOR_WORKLOADS:
         conditions = set_condition(
             run.conditions,
             type_="WorkloadCleanupComplete",
@@ -250,8 +263,8 @@ async def cancel(ctx: Context, run: RunView) -> None:
         )
         await ctx.patch_run_status(run.raw, {"conditions": conditions})
         return
-    workflow_phase = ((workflow or {}).get("status") or {}).get("phase")
-    if workflow_phase and workflow_phase not in FINISHED_WORKFLOW_PHASES:
+    if step is CancelStep.WAIT_FOR_WORKFLOW:
+        workflow_phase = ((workflow or {}).get("status") or {}).get("phase")
         conditions = set_condition(
             run.conditions,
             type_="WorkloadCleanupComplete",

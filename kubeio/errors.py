@@ -3,7 +3,7 @@
 Everything that can go wrong talking to the API server leaves kubeio as an ``ApiError``:
 a non-2xx answer becomes the subclass for its status, and a request that got no answer at
 all (connection refused or reset, a timeout, a truncated body) becomes a ``TransportError``.
-No aiohttp type leaks past this edge. ``retryable`` says whether
+No transport type leaks past this edge. ``retryable`` says whether
 sending the same request again later can succeed; ``retry_after`` is the server's
 Retry-After (seconds), when it sent one."""
 

@@ -11,9 +11,23 @@ import pytest
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import ControlPlane
 from localcluster.kube import KubeClient
+from tests.lanes import LANES, lane
 
 _CLUSTER: LocalCluster | None = None
 WORKFLOW_INSTANCE = "signal-tests"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in LANES.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the marks given here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its lane (tests/lanes.py): unit, integration or system."""
+    for item in items:
+        marked = item.get_closest_marker("system") is not None
+        item.add_marker(lane(item.path, getattr(item, "fixturenames", ()), marked_system=marked))
 
 
 @pytest.fixture(scope="session")

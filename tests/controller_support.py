@@ -4,6 +4,7 @@ RBAC from deploy/, in a namespace of its own; and building the world it acts on.
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -11,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from localcluster import hooked, identities
 from localcluster.cluster import LocalCluster
@@ -241,6 +244,20 @@ async def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: 
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last={last!r}")
+
+
+async def metrics_text(port: int) -> str:
+    """The controller's Prometheus metrics page (``--metrics-port``)."""
+    async with httpx.AsyncClient() as http:
+        return (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+
+
+def reconciles(text: str, kind: str) -> float:
+    """``signal_reconciles_total`` of ``kind`` (every result) on a metrics page: how many
+    passes the controller has made over objects of that kind, the evidence a negative check
+    waits for."""
+    pattern = rf'signal_reconciles_total\{{kind="{kind}",result="[a-z]+"\}} ([0-9.e+]+)'
+    return sum(float(m.group(1)) for m in re.finditer(pattern, text))
 
 
 def reserved_by(node: Obj) -> str | None:
