@@ -18,7 +18,6 @@ fenced by the ledger (see ledger.py). Pure: ``observe``, ``may_acquire``,
 ``Leadership.may_write``; I/O: ``LeaderElector``."""
 
 import asyncio
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,13 +25,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.state import NotLeader, log
+from kubeio import testhooks
 from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import AlreadyExists, ApiError, Conflict, NotFound
 
 LEASE_NAME = "signal-controller"
 DEFAULT_DURATION = 15
-FAULT_ENV = "SIGNAL_FAULT_RENEWAL_DIES_AFTER"
-"""Tests only: the renewal task raises after this many renewals (a renewal task that dies)."""
 
 
 def _micro(now: datetime) -> str:
@@ -246,12 +244,12 @@ class LeaderElector:
         Lease) or none succeeded within the renew deadline (the API server could not be
         reached); then, and whenever this task ends, even by an exception, the term is lost
         and every write is refused."""
-        fault = int(os.environ.get(FAULT_ENV) or 0)
+        fault = testhooks.current().renewal_dies_after
         try:
             while True:
                 await asyncio.sleep(self.retry_period)
                 if fault and self.renewals >= fault:
-                    raise RuntimeError(f"fault injected by {FAULT_ENV}: the renewal task dies")
+                    raise RuntimeError("fault injected by the test hooks: the renewal task dies")
                 renewed = self.leadership.renewed_at or 0.0
                 remaining = renewed + self.leadership.renew_deadline - self.clock()
                 if remaining <= 0:

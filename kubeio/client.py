@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import structlog
 
-from kubeio import crashpoints
+from kubeio import crashpoints, testhooks
 from kubeio.errors import ApiError, NotFound, TooManyRequests, TransportError, error_for, parse_retry_after
 from kubeio.http import HttpError, Pool, Response
 from kubeio.transport import ConfigError, Endpoint, from_kubeconfig, in_cluster
@@ -25,8 +25,6 @@ Obj = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _WRITES = {"POST", "PUT", "PATCH", "DELETE"}
-# Benchmarks set SIGNAL_REQUEST_LOG=<file> to record every request (time, verb, path).
-_REQUEST_LOG = os.environ.get("SIGNAL_REQUEST_LOG", "")
 WATCH_SECONDS = 290
 """A watch asks the server to end it after this long (then it is resumed)."""
 WATCH_GRACE = 30
@@ -145,8 +143,9 @@ class Kube:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
         verb = _verb(method, path, query)
         self.requests[verb] = self.requests.get(verb, 0) + 1
-        if _REQUEST_LOG:
-            with open(_REQUEST_LOG, "a", encoding="utf-8") as handle:  # noqa: ASYNC230 - benchmarks only
+        request_log = testhooks.current().request_log  # benchmarks: every request, armed only by them
+        if request_log is not None:
+            with request_log.open("a", encoding="utf-8") as handle:
                 handle.write(f"{time.time():.3f}\t{verb}\t{path}\n")
         credentials = self.endpoint.credentials
         try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.manifests import snapshot_manifest
-from localcluster import identities, podprocess
+from localcluster import hooked, identities, podprocess
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.imageenv import image_env
@@ -147,7 +147,7 @@ class AdapterWorld:
         config = sa.kubeconfig(self.workdir / "adapter.kubeconfig", self.namespace)
         outputs = self.workdir / f"outputs-{self.runs}"
         argv = [
-            str(Path(sys.executable).parent / "signal-adapter"),
+            *hooked.command("signal-adapter"),
             *(args if args is not None else self.parameters(check_index)),
             "--kubeconfig",
             str(config),

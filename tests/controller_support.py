@@ -6,14 +6,13 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localcluster import identities
+from localcluster import hooked, identities
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.imageenv import image_env
@@ -67,7 +66,9 @@ class ControllerProcess:
         log = (self.workdir / f"controller-{self.identity}{self.starts}.log").open("wb")
         self.process = subprocess.Popen(
             [
-                str(Path(sys.executable).parent / "signal-controller"),
+                # The hooks launcher: the same entry point, with the test hooks (crash points,
+                # faults, request log) armed from this process's environment.
+                *hooked.command("signal-controller"),
                 "--kubeconfig",
                 str(config),
                 "--namespace",

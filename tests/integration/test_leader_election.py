@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
-from controller.leader import FAULT_ENV, LeaderElector, Leadership, LeaseLost
+from controller.leader import LeaderElector, Leadership, LeaseLost
 from controller.state import NotLeader
+from kubeio import testhooks
 from kubeio.client import Kube, resource_path
-from localcluster import identities
+from localcluster import hooked, identities
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient
 from tests.controller_support import ControllerProcess, World, eventually, install_rbac, profile_body
@@ -92,14 +93,14 @@ async def test_acquire_renew_loss_and_takeover(
 
 
 async def test_a_renewal_task_that_dies_stops_every_write(
-    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
 ) -> None:
     await install_rbac(admin, namespace)
     lease = await _kube(cluster, namespace, tmp_path / "a")
     elector = _elector(lease, namespace, "replica-a")
     kube = await _kube(cluster, namespace, tmp_path / "work")  # the reconcile connection, guarded
     kube.write_guard = elector.guard
-    monkeypatch.setenv(FAULT_ENV, "2")
+    previous = testhooks.arm(testhooks.Hooks(renewal_dies_after=2))
     try:
         await elector.acquire()
         await kube.create(resource_path("v1", "configmaps", namespace), {"metadata": {"name": "while-leading"}})
@@ -116,6 +117,7 @@ async def test_a_renewal_task_that_dies_stops_every_write(
         assert "while-leading" in names
         assert "after-death" not in names
     finally:
+        testhooks.arm(previous)
         await kube.close()
         await lease.close()
 
@@ -224,7 +226,7 @@ async def test_two_replicas_compete_and_a_dead_renewal_stops_the_leader_first(
     await world.add_nodes(world.node_names(2, "f"), requested_for=first)
     await world.add_profile(profile_body(first, namespace, 2))
     await world.add_profile(profile_body(second, namespace, 2))
-    await replicas["a"].start(SIGNAL_REQUEST_LOG=str(logs["a"]), **{FAULT_ENV: "4"})
+    await replicas["a"].start(SIGNAL_REQUEST_LOG=str(logs["a"]), **{hooked.RENEWAL_FAULT_ENV: "4"})
     try:
         await eventually(world.runs, timeout=60, what=f"replica a admitting\n{replicas['a'].logs()}")
         await replicas["b"].start(SIGNAL_REQUEST_LOG=str(logs["b"]))
