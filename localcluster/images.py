@@ -1,19 +1,14 @@
 """Container images for real nodes, built without Docker (cached by content).
 
 * **Base:** ``mmdebstrap`` makes a Debian bookworm root filesystem from Debian's packages
-  (minbase, slim: no manuals, docs or translations), loaded into buildah's storage under
-  ``BASE_REFERENCE``. Its digest (sha256 of its manifest, which names its config and layer
-  by digest) is recorded in the index when it is made, checked against the stored base before
-  every build, and passed to the Dockerfiles as ``BASE_IMAGE=<BASE_REFERENCE>@<digest>``: they
-  refuse a base not pinned by digest, and buildah resolves the digest or fails, so an image is
-  built on exactly the recorded base (labels ``org.opencontainers.image.base.*`` say which). The
-  Dockerfiles a user builds with Docker are the ones built and tested here.
-* **Signal's images:** ``Dockerfile.<name>`` of this repository, built with
-  ``buildah bud --isolation chroot --storage-driver vfs --pull=never``. Their first stage
-  (``FROM <base> AS build``: Python, the virtual environment, the distribution) is the same
-  text in all four: it is built once from that text (kept under ``STAGE_REFERENCE`` while
-  its key holds) and each image's remaining stages are built on it, so four images cost one
-  dependency install instead of four (``split_build_stage``).
+  (minbase, slim), loaded into buildah's storage as ``BASE_REFERENCE``; its digest (checked to
+  be its manifest's sha256) is recorded in the index when made, checked before every build and
+  passed as ``BASE_IMAGE=<BASE_REFERENCE>@<digest>`` (the Dockerfiles refuse a base by tag).
+* **Signal's images:** ``Dockerfile.<name>``, built with ``buildah bud --isolation chroot
+  --storage-driver vfs --pull=never``. Their first stage (``FROM ${BASE_IMAGE} AS build``:
+  Python, the virtual environment, the locked build backend) is the same text in all four:
+  built once (``STAGE_REFERENCE`` while its key holds), each image's own stages (its lock, the
+  distribution, the final image) on it (``split_build_stage``).
 * **Local-cluster images** (never shipped): Argo's executor (``argoexec``) and
   workflow-controller from localcluster/argo's build, and the real Kubeflow MPI operator
   from localcluster/mpi-operator/build.sh, each a static binary on the same base.

@@ -107,3 +107,13 @@ def _provided() -> Mapping[str, list[str]]:
 
 def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pins(path: Path) -> dict[str, str]:
+    """{normalized name: version} of a .in or .lock file (``name==version`` lines)."""
+    found: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\]+)", line)
+        if match:
+            found[normalize(match.group(1))] = match.group(2)
+    return found

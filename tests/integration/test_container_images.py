@@ -18,8 +18,7 @@ import pytest
 from localcluster import images
 from localcluster.buildah import Buildah
 from runner import sshd
-from tests.import_graph import SERVICES, normalize, reachable
-from tests.unit.test_image_imports import pins
+from tests.import_graph import SERVICES, normalize, pins, reachable
 
 EXPECTED = {
     "controller": (["signal-controller"], "65532:65532"),

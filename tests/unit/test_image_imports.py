@@ -5,7 +5,6 @@ on and nothing else, and pyproject's runtime dependencies are the images' togeth
 built images the same modules are imported with only the lock installed
 (tests/integration/test_container_images.py)."""
 
-import re
 import tomllib
 from importlib.metadata import requires
 from pathlib import Path
@@ -13,20 +12,10 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from tests.import_graph import SERVICES, distributions, normalize, reachable
+from tests.import_graph import SERVICES, distributions, normalize, pins, reachable
 
 REPO = Path(__file__).resolve().parents[2]
 REQUIREMENTS = REPO / "requirements"
-
-
-def pins(path: Path) -> dict[str, str]:
-    """{normalized name: version} of a .in or .lock file (``name==version`` lines)."""
-    found: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        match = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\]+)", line)
-        if match:
-            found[normalize(match.group(1))] = match.group(2)
-    return found
 
 
 def closure(names: set[str]) -> set[str]:
@@ -82,7 +71,7 @@ def test_pyproject_runtime_dependencies_are_the_images_dependencies_together() -
     }
 
 
-def test_an_import_the_lock_lacks_is_found(tmp_path: Path) -> None:
+def test_an_import_the_lock_lacks_is_found() -> None:
     """The graph sees function-level imports and skips TYPE_CHECKING ones (the check can fail)."""
     modules, external = reachable(("signalctl.main",))
     assert "signalctl.demo" in modules  # imported inside a function
