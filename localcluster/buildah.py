@@ -1,6 +1,7 @@
 """Thin typed calls to buildah (vfs storage of our own, chroot isolation, never pulling) and
 mmdebstrap, for localcluster/images.py. Every failure names the command and its output."""
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -52,6 +53,20 @@ class Buildah:
         value = labels.get(label)
         return str(value) if value is not None else None
 
+    def image_digest(self, reference: str) -> str:
+        """A stored image's digest, checked to be the sha256 of its stored manifest (which names
+        its config and layers by digest)."""
+        body = json.loads(self("inspect", "--type", "image", reference, what=f"inspecting {reference}"))
+        digest = str(body.get("FromImageDigest") or "")
+        manifest = str(body.get("Manifest") or "")
+        computed = "sha256:" + hashlib.sha256(manifest.encode()).hexdigest()
+        if not manifest or digest != computed:
+            raise ImageBuildError(
+                f"{reference}: its recorded digest {digest or '(none)'} is not its manifest's {computed}; "
+                f"remove it (buildah rmi {reference}) and build again"
+            )
+        return digest
+
     def image_config(self, reference: str) -> dict[str, Any]:
         body = json.loads(self("inspect", "--type", "image", reference, what=f"inspecting {reference}"))
         config: dict[str, Any] = body.get("OCIv1", {}).get("config") or {}
@@ -85,6 +100,7 @@ class Buildah:
         *,
         pip_cert: str | None,
         labels: dict[str, str] | None = None,
+        build_args: dict[str, str] | None = None,
     ) -> None:
         """``buildah bud`` with chroot isolation, never pulling. One commit per stage (no
         ``--layers``): with vfs every layer is a full copy of the root filesystem, and
@@ -93,6 +109,7 @@ class Buildah:
         if pip_cert:
             extra = ["--volume", f"{pip_cert}:{BUILD_CA_PATH}:ro", "--build-arg", f"PIP_CERT={BUILD_CA_PATH}"]
         extra += [arg for key, value in (labels or {}).items() for arg in ("--label", f"{key}={value}")]
+        extra += [arg for key, value in (build_args or {}).items() for arg in ("--build-arg", f"{key}={value}")]
         self(
             "bud",
             "--isolation",

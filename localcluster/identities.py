@@ -3,12 +3,14 @@ file, and real ServiceAccount tokens minted with the TokenRequest API."""
 
 from dataclasses import dataclass
 from pathlib import Path
-
-from kubernetes_asyncio import client as k8s
+from typing import TYPE_CHECKING
 
 from kubeio.transport import Endpoint
 from localcluster.controlplane import ControlPlane, kubeconfig_text
 from localcluster.kube import KubeClient, resource_path
+
+if TYPE_CHECKING:
+    from kubernetes_asyncio import client as k8s
 
 
 @dataclass(frozen=True)
@@ -28,8 +30,11 @@ class Identity:
         """This identity's endpoint, for a ``kubeio.Kube`` (Signal's own gateway)."""
         return Endpoint.for_token(self.server, self.token, self.ca_file)
 
-    def api_client(self) -> k8s.ApiClient:
-        """A kubernetes_asyncio ApiClient (caller closes it)."""
+    def api_client(self) -> "k8s.ApiClient":
+        """A kubernetes_asyncio ApiClient (caller closes it): tests only (the dev extra), to
+        check the local control plane against a generated Kubernetes client."""
+        from kubernetes_asyncio import client as k8s  # noqa: PLC0415 - a test dependency, not the demo's
+
         config = k8s.Configuration(host=self.server)
         config.api_key = {"BearerToken": self.token}
         config.api_key_prefix = {"BearerToken": "Bearer"}

@@ -1,7 +1,8 @@
 """Signal's services started here run as in their images: without the development tools' packages.
 
-The images hold the distribution and its runtime dependencies alone (``Dockerfile.*``: ``pip
-install .``, then pip and setuptools removed); this checkout's virtual environment also holds the
+The images hold the distribution and its runtime dependencies alone (``Dockerfile.*``: each
+image's ``requirements/<image>.lock``, a part of them, then the distribution; pip and setuptools
+removed); this checkout's virtual environment also holds the
 development tools (pytest, mypy, schemathesis, playwright...) and what they pull in. A runtime
 package may import an optional one when it is there: structlog imports rich (and greenlet), about
 90 ms of every service's start on this machine that no image pays, counted in the benchmarks'

@@ -1,15 +1,14 @@
 """Container images for real nodes, built without Docker (cached by content).
 
 * **Base:** ``mmdebstrap`` makes a Debian bookworm root filesystem from Debian's packages
-  (minbase, slim: no manuals, docs or translations), loaded into buildah's storage under
-  ``BASE_REFERENCE``, the exact name the Dockerfiles use in ``FROM``, so the Dockerfiles a
-  user builds with Docker are the ones built and tested here.
-* **Signal's images:** ``Dockerfile.<name>`` of this repository, built with
-  ``buildah bud --isolation chroot --storage-driver vfs --pull=never``. Their first stage
-  (``FROM <base> AS build``: Python, the virtual environment, the distribution) is the same
-  text in all four: it is built once from that text (kept under ``STAGE_REFERENCE`` while
-  its key holds) and each image's remaining stages are built on it, so four images cost one
-  dependency install instead of four (``split_build_stage``).
+  (minbase, slim), loaded into buildah's storage as ``BASE_REFERENCE``; its digest (checked to
+  be its manifest's sha256) is recorded in the index when made, checked before every build and
+  passed as ``BASE_IMAGE=<BASE_REFERENCE>@<digest>`` (the Dockerfiles refuse a base by tag).
+* **Signal's images:** ``Dockerfile.<name>``, built with ``buildah bud --isolation chroot
+  --storage-driver vfs --pull=never``. Their first stage (``FROM ${BASE_IMAGE} AS build``:
+  Python, the virtual environment, the locked build backend) is the same text in all four:
+  built once (``STAGE_REFERENCE`` while its key holds), each image's own stages (its lock, the
+  distribution, the final image) on it (``split_build_stage``).
 * **Local-cluster images** (never shipped): Argo's executor (``argoexec``) and
   workflow-controller from localcluster/argo's build, and the real Kubeflow MPI operator
   from localcluster/mpi-operator/build.sh, each a static binary on the same base.
@@ -35,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from localcluster.buildah import Buildah, ImageBuildError, mmdebstrap_tar
 
@@ -43,8 +42,12 @@ REPO: Final = Path(__file__).resolve().parent.parent
 BASE_REFERENCE: Final = "debian:bookworm-slim"
 BASE_SUITE: Final = "bookworm"
 BASE_KEY_LABEL: Final = "dev.projectsignal.base-key"
+# The build argument every Dockerfile takes its base from (``FROM ${BASE_IMAGE}``).
+BASE_ARG: Final = "BASE_IMAGE"
+BASE_NAME_LABEL: Final = "org.opencontainers.image.base.name"
+BASE_DIGEST_LABEL: Final = "org.opencontainers.image.base.digest"
 # Bump when the way images are built changes (invalidates every cached image).
-RECIPE: Final = "signal-images/1"
+RECIPE: Final = "signal-images/2"
 PROJECT_IMAGES: Final = ("controller", "adapter", "portal", "runner")
 PROJECT_TAG: Final = "0.1.0"
 LOCAL_IMAGES: Final = ("argoexec", "workflow-controller", "mpi-operator")
@@ -68,6 +71,7 @@ class Image:
     build_seconds: float
     entrypoint: list[str]
     user: str
+    base_digest: str = ""  # the digest of the base it was built on (binary and project images)
 
     @property
     def pinned(self) -> str:
@@ -134,17 +138,24 @@ def context_files(context: Path, sources: list[str]) -> Iterator[Path]:
             raise ImageBuildError(f"{source} (named by a COPY line) is not in the build context {context}")
 
 
-def split_build_stage(text: str) -> tuple[str, str] | None:
-    """Pure: a Dockerfile's first stage when it is ``FROM <base> AS build`` and another stage
-    follows, and the rest from that stage's ``FROM`` on; None for any other shape."""
+def split_build_stage(text: str) -> tuple[str, str, str] | None:
+    """Pure: a Dockerfile's global ``ARG`` lines (the preamble before its first ``FROM``), its
+    first stage when it is ``FROM ${BASE_IMAGE} AS build`` and another stage follows, and the
+    rest from the next ``FROM`` on; None for any other shape."""
     lines = text.splitlines(keepends=True)
     froms = [i for i, line in enumerate(lines) if line.split()[:1] and line.split()[0].upper() == "FROM"]
     if len(froms) < 2:
         return None
     words = lines[froms[0]].split()
-    if words[1:2] != [BASE_REFERENCE] or [w.lower() for w in words[2:]] != ["as", BUILD_STAGE]:
+    if words[1:2] != [f"${{{BASE_ARG}}}"] or [w.lower() for w in words[2:]] != ["as", BUILD_STAGE]:
         return None
-    return "".join(lines[froms[0] : froms[1]]), "".join(lines[froms[1] :])
+    preamble = "".join(line for line in lines[: froms[0]] if line.split()[:1] == ["ARG"])
+    return preamble, "".join(lines[froms[0] : froms[1]]), "".join(lines[froms[1] :])
+
+
+def pinned_base(digest: str) -> str:
+    """The ``BASE_IMAGE`` build argument: the base by name and digest."""
+    return f"{BASE_REFERENCE}@{digest}"
 
 
 def dockerfile_key(dockerfile: Path, context: Path) -> str:
@@ -162,9 +173,10 @@ def text_key(text: str, context: Path) -> str:
 
 
 def binary_containerfile(binary_name: str, user: str) -> str:
-    """A static Go binary on the base, as a non-root user."""
+    """A static Go binary on the base (pinned by digest: ``BASE_IMAGE``), as a non-root user."""
     return (
-        f"FROM {BASE_REFERENCE}\n"
+        f"ARG {BASE_ARG}\n"
+        f"FROM ${{{BASE_ARG}}}\n"
         f"COPY {binary_name} /usr/local/bin/{binary_name}\n"
         f"USER {user}\n"
         f'ENTRYPOINT ["/usr/local/bin/{binary_name}"]\n'
@@ -183,11 +195,22 @@ class Builder:
         self.log = log or (lambda message: print(message, file=sys.stderr))
         self.buildah = Buildah(self.directory / "storage", self.directory / "run")
 
-    def index(self) -> dict[str, Image]:
+    def _index_body(self) -> dict[str, Any]:
         path = self.directory / INDEX
-        if not path.exists():
-            return {}
-        return {name: Image(**body) for name, body in json.loads(path.read_text())["images"].items()}
+        return json.loads(path.read_text()) if path.exists() else {"images": {}}
+
+    def index(self) -> dict[str, Image]:
+        return {name: Image(**body) for name, body in self._index_body()["images"].items()}
+
+    def base_digest(self) -> str | None:
+        """The digest recorded for the base when it was made (None before)."""
+        base = self._index_body().get("base") or {}
+        return str(base["digest"]) if base.get("key") == base_key() and base.get("digest") else None
+
+    def _write_index(self, body: dict[str, Any]) -> None:
+        tmp = self.directory / f"{INDEX}.tmp"
+        tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.directory / INDEX)
 
     def build(self, names: list[str]) -> dict[str, Image]:
         """The named images (all when empty), built where their key changed; the index."""
@@ -207,30 +230,38 @@ class Builder:
     def _project_image(self, name: str) -> Image:
         dockerfile = REPO / f"Dockerfile.{name}"
         key = dockerfile_key(dockerfile, REPO)
-        cached = self._cached(name, key)
+        base = self.ensure_base()
+        cached = self._cached(name, key, base)
         if cached:
             return cached
-        self._ensure_base()
         started = time.monotonic()
         reference = project_reference(name)
         pip_cert = os.environ.get("PIP_CERT")
         split = split_build_stage(dockerfile.read_text())
         if split is None:
             self.log(f"images: building {reference} from {dockerfile.name}")
-            self.buildah.bud(dockerfile, REPO, reference, pip_cert=pip_cert)
-            return self._record(name, reference, key, started)
-        stage, rest = split
-        self._ensure_stage(stage, pip_cert)
+            self.buildah.bud(dockerfile, REPO, reference, pip_cert=pip_cert, **self._base_args(base))
+            return self._record(name, reference, key, started, base)
+        preamble, stage, rest = split
+        self._ensure_stage(preamble + stage, pip_cert, base)
         self.log(f"images: building {reference} from {dockerfile.name} (its '{BUILD_STAGE}' stage: {STAGE_REFERENCE})")
         with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=self.directory) as scratch:
             containerfile = Path(scratch) / f"Dockerfile.{name}"
-            containerfile.write_text(f"FROM {STAGE_REFERENCE} AS {BUILD_STAGE}\n{rest}")
-            self.buildah.bud(containerfile, REPO, reference, pip_cert=pip_cert)
-        return self._record(name, reference, key, started)
+            containerfile.write_text(f"{preamble}FROM {STAGE_REFERENCE} AS {BUILD_STAGE}\n{rest}")
+            self.buildah.bud(containerfile, REPO, reference, pip_cert=pip_cert, **self._base_args(base))
+        return self._record(name, reference, key, started, base)
 
-    def _ensure_stage(self, stage: str, pip_cert: str | None) -> None:
-        """The shared build stage, built unless the stored one has the same key."""
-        key = text_key(stage, REPO)
+    @staticmethod
+    def _base_args(base: str) -> dict[str, dict[str, str]]:
+        return {
+            "build_args": {BASE_ARG: pinned_base(base)},
+            "labels": {BASE_NAME_LABEL: BASE_REFERENCE, BASE_DIGEST_LABEL: base},
+        }
+
+    def _ensure_stage(self, stage: str, pip_cert: str | None, base: str) -> None:
+        """The shared build stage, built unless the stored one has the same key (its text, the
+        files it copies and the base's digest)."""
+        key = _sha256_text(f"{text_key(stage, REPO)}\n{base}")
         if self.buildah.image_label(STAGE_REFERENCE, STAGE_KEY_LABEL) == key:
             return
         started = time.monotonic()
@@ -238,17 +269,19 @@ class Builder:
         with tempfile.TemporaryDirectory(prefix="stage-", dir=self.directory) as scratch:
             containerfile = Path(scratch) / "Dockerfile.build"
             containerfile.write_text(stage)
-            self.buildah.bud(containerfile, REPO, STAGE_REFERENCE, pip_cert=pip_cert, labels={STAGE_KEY_LABEL: key})
+            args = self._base_args(base)
+            args["labels"][STAGE_KEY_LABEL] = key
+            self.buildah.bud(containerfile, REPO, STAGE_REFERENCE, pip_cert=pip_cert, **args)
         self.log(f"images: {STAGE_REFERENCE} in {time.monotonic() - started:.1f}s")
 
     def _binary_image(self, name: str) -> Image:
         binary = _local_binary(name)
         containerfile = binary_containerfile(name, _BINARY_USERS[name])
         key = _sha256_text("\n".join([RECIPE, base_key(), containerfile, _sha256_file(binary)]))
-        cached = self._cached(name, key)
+        base = self.ensure_base()
+        cached = self._cached(name, key, base)
         if cached:
             return cached
-        self._ensure_base()
         started = time.monotonic()
         reference = local_reference(name)
         self.log(f"images: building {reference} from {binary}")
@@ -257,26 +290,47 @@ class Builder:
             target = Path(context) / name
             shutil.copyfile(binary, target)
             target.chmod(0o755)
-            self.buildah.bud(Path(context) / "Containerfile", Path(context), reference, pip_cert=None)
-        return self._record(name, reference, key, started)
+            self.buildah.bud(
+                Path(context) / "Containerfile", Path(context), reference, pip_cert=None, **self._base_args(base)
+            )
+        return self._record(name, reference, key, started, base)
 
-    def _cached(self, name: str, key: str) -> Image | None:
+    def _cached(self, name: str, key: str, base: str) -> Image | None:
         image = self.index().get(name)
-        if image and image.key == key and (self.directory / image.archive).is_file():
+        if image and image.key == key and image.base_digest == base and (self.directory / image.archive).is_file():
             return image
         return None
 
-    def _ensure_base(self) -> None:
+    def ensure_base(self) -> str:
+        """The base's digest: made (and its digest recorded) unless the stored one has the
+        base's key; a stored base whose digest is not the recorded one is refused."""
         key = base_key()
-        if self.buildah.image_label(BASE_REFERENCE, BASE_KEY_LABEL) == key:
-            return
-        self.log(f"images: making the {BASE_REFERENCE} base with mmdebstrap (about 1-2 minutes)")
-        with tempfile.TemporaryDirectory(prefix="base-", dir=self.directory) as scratch:
-            tar = Path(scratch) / "rootfs.tar"
-            mmdebstrap_tar(base_recipe(), tar)
-            self.buildah.import_rootfs(tar, BASE_REFERENCE, {BASE_KEY_LABEL: key})
+        if self.buildah.image_label(BASE_REFERENCE, BASE_KEY_LABEL) != key:
+            self.log(f"images: making the {BASE_REFERENCE} base with mmdebstrap (about 1-2 minutes)")
+            with tempfile.TemporaryDirectory(prefix="base-", dir=self.directory) as scratch:
+                tar = Path(scratch) / "rootfs.tar"
+                mmdebstrap_tar(base_recipe(), tar)
+                self.buildah.import_rootfs(tar, BASE_REFERENCE, {BASE_KEY_LABEL: key})
+            self._record_base(self.buildah.image_digest(BASE_REFERENCE))
+        digest = self.buildah.image_digest(BASE_REFERENCE)
+        recorded = self.base_digest()
+        if recorded is None:  # a base made before digests were recorded: recorded as found
+            self._record_base(digest)
+        elif recorded != digest:
+            raise ImageBuildError(
+                f"the stored base {BASE_REFERENCE} has digest {digest}, not the digest {recorded} recorded in "
+                f"{self.directory / INDEX} when it was made: something replaced it. Remove it "
+                f"(buildah rmi {BASE_REFERENCE}) so the next build makes and records a new one"
+            )
+        return digest
 
-    def _record(self, name: str, reference: str, key: str, started: float) -> Image:
+    def _record_base(self, digest: str) -> None:
+        body = self._index_body()
+        body["base"] = {"reference": BASE_REFERENCE, "digest": digest, "key": base_key()}
+        self._write_index(body)
+        self.log(f"images: base {pinned_base(digest)} recorded")
+
+    def _record(self, name: str, reference: str, key: str, started: float, base: str) -> Image:
         archive = self.directory / f"{name}.tar"
         digest = self.buildah.push_oci_archive(reference, archive)
         config = self.buildah.image_config(reference)
@@ -292,13 +346,11 @@ class Builder:
             build_seconds=round(time.monotonic() - started, 1),
             entrypoint=list(config.get("Entrypoint") or []),
             user=str(config.get("User") or ""),
+            base_digest=base,
         )
-        index = self.index()
-        index[name] = image
-        body = {"images": {n: asdict(i) for n, i in sorted(index.items())}}
-        tmp = self.directory / f"{INDEX}.tmp"
-        tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n")
-        tmp.replace(self.directory / INDEX)
+        body = self._index_body()
+        body["images"][name] = asdict(image)
+        self._write_index(body)
         self.log(f"images: {image.pinned} ({image.size_bytes / 2**20:.0f} MiB) in {image.build_seconds}s")
         return image
 

@@ -15,8 +15,6 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import aiohttp
-
 from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import ApiError, Forbidden, NotFound
 from shared import certified, keys
@@ -265,7 +263,7 @@ async def _execute(handler: Handler, args: argparse.Namespace) -> int:
     kube = await connect(kubeconfig)
     try:
         return await handler(kube, args)
-    except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+    except (TimeoutError, OSError) as exc:
         raise CommandError(unreachable(kube, exc)) from exc
     finally:
         await kube.close()

@@ -3,6 +3,7 @@ entrypoint and user we expect, pinned by the digest the index records; and the r
 image's sshd serving an ssh login as uid 65532 from a read-only root filesystem, with no
 capability, inside a network namespace this test creates."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ import pytest
 from localcluster import images
 from localcluster.buildah import Buildah
 from runner import sshd
+from tests.import_graph import SERVICES, normalize, pins, reachable
 
 EXPECTED = {
     "controller": (["signal-controller"], "65532:65532"),
@@ -75,6 +77,12 @@ def test_each_image_is_a_valid_oci_archive_pinned_by_its_recorded_digest(
     assert config["config"]["User"] == user == image.user
     assert len(config["rootfs"]["diff_ids"]) == len(manifest["layers"])
     assert image.pinned == f"{image.reference}@{image.digest}"
+    # Built on the base by digest: the one recorded when the base was made (issue 42).
+    base = images.Builder().base_digest()
+    assert base is not None
+    assert image.base_digest == base
+    assert config["config"]["Labels"][images.BASE_DIGEST_LABEL] == base
+    assert config["config"]["Labels"][images.BASE_NAME_LABEL] == images.BASE_REFERENCE
 
 
 def test_a_warm_build_rebuilds_nothing(built: dict[str, images.Image]) -> None:
@@ -83,20 +91,53 @@ def test_a_warm_build_rebuilds_nothing(built: dict[str, images.Image]) -> None:
     assert {n: i.key for n, i in again.items()} == {n: i.key for n, i in built.items()}
 
 
-@pytest.fixture
-def runner_rootfs(built: dict[str, images.Image]) -> Iterator[Path]:
-    """The runner image's root filesystem, from its OCI archive (what nodes import), as a
-    buildah working container; removed afterwards with the image it loaded."""
+@contextlib.contextmanager
+def mounted(image: images.Image) -> Iterator[Path]:
+    """An image's root filesystem, from its OCI archive (what nodes import), as a buildah
+    working container; removed afterwards with the image it loaded."""
     directory = images.images_dir()
     buildah = Buildah(directory / "storage", directory / "run")
-    archive = directory / built["runner"].archive
-    container = buildah("from", f"oci-archive:{archive}", what="runner container").strip()
+    archive = directory / image.archive
+    container = buildah("from", f"oci-archive:{archive}", what=f"{image.name} container").strip()
     try:
-        yield Path(buildah("mount", container, what="mounting the runner container").strip())
+        yield Path(buildah("mount", container, what=f"mounting the {image.name} container").strip())
     finally:
-        buildah("umount", container, what="unmounting the runner container")
-        buildah("rm", container, what="removing the runner container")
-        buildah.remove_image(built["runner"].reference)
+        buildah("umount", container, what=f"unmounting the {image.name} container")
+        buildah("rm", container, what=f"removing the {image.name} container")
+        buildah.remove_image(image.reference)
+
+
+@pytest.fixture
+def runner_rootfs(built: dict[str, images.Image]) -> Iterator[Path]:
+    with mounted(built["runner"]) as root:
+        yield root
+
+
+IMPORT_ALL = """
+import importlib, json, sys
+from importlib.metadata import distributions
+for module in sys.argv[1:]:
+    importlib.import_module(module)
+print(json.dumps(sorted({d.metadata["Name"] for d in distributions()})))
+"""
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_each_image_imports_its_service_with_only_its_lock_installed(built: dict[str, images.Image], name: str) -> None:
+    """Issue 45 §4: every module its entry point can reach imports in the image, where only
+    requirements/<name>.lock (and the distribution itself) is installed, and pip is gone."""
+    modules, _ = reachable(SERVICES[name])
+    with mounted(built[name]) as root:
+        done = subprocess.run(
+            ["chroot", str(root), "/opt/signal/bin/python3", "-I", "-c", IMPORT_ALL, *sorted(modules)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    installed = {normalize(n) for n in json.loads(done.stdout)}
+    assert installed == set(pins(images.REPO / "requirements" / f"{name}.lock")) | {"project-signal"}
 
 
 # Runs as PID 1 of new mount, network and PID namespaces (everything it starts dies with it):

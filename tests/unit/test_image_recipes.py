@@ -12,11 +12,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", images.PROJECT_IMAGES)
-def test_every_stage_of_every_dockerfile_starts_from_the_base_the_builder_makes(name: str) -> None:
+def test_every_stage_of_every_dockerfile_starts_from_the_base_the_builder_passes(name: str) -> None:
+    """The base is a build argument (pinned by digest: tests/unit/test_image_locks.py), or a
+    stage of the same file built on it."""
     text = (REPO / f"Dockerfile.{name}").read_text()
+    assert text.split("\nFROM ")[0].splitlines()[-1] == f"ARG {images.BASE_ARG}"
     bases = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
     assert bases
-    assert set(bases) == {images.BASE_REFERENCE}
+    assert set(bases) == {f"${{{images.BASE_ARG}}}", images.BUILD_STAGE}
+    assert images.BASE_REFERENCE not in re.findall(r"^FROM (\S+)", text, re.MULTILINE)
 
 
 def test_copy_sources_are_the_context_paths_not_other_stages() -> None:
@@ -58,7 +62,7 @@ def test_unknown_image_names_are_refused_before_anything_is_built(tmp_path: Path
 
 def test_binary_images_run_their_static_binary_as_non_root() -> None:
     text = images.binary_containerfile("mpi-operator", "65532:65532")
-    assert text.splitlines()[0] == f"FROM {images.BASE_REFERENCE}"
+    assert text.splitlines()[:2] == [f"ARG {images.BASE_ARG}", f"FROM ${{{images.BASE_ARG}}}"]
     assert "USER 65532:65532" in text
     assert 'ENTRYPOINT ["/usr/local/bin/mpi-operator"]' in text
 
@@ -67,23 +71,26 @@ def test_the_four_dockerfiles_share_one_build_stage_built_once() -> None:
     """Their first stage is the same text (built once, each image's last stage on it)."""
     splits = [images.split_build_stage((REPO / f"Dockerfile.{n}").read_text()) for n in images.PROJECT_IMAGES]
     assert all(s is not None for s in splits)
-    stages = {s[0] for s in splits if s is not None}
+    stages = {s[:2] for s in splits if s is not None}
     assert len(stages) == 1
-    (stage,) = stages
-    assert stage.startswith(f"FROM {images.BASE_REFERENCE} AS {images.BUILD_STAGE}\n")
+    ((preamble, stage),) = stages
+    assert preamble == f"ARG {images.BASE_ARG}\n"
+    assert stage.startswith(f"FROM ${{{images.BASE_ARG}}} AS {images.BUILD_STAGE}\n")
     for name, split in zip(images.PROJECT_IMAGES, splits, strict=True):
         assert split is not None
-        rest = split[1]
-        assert rest.startswith(f"FROM {images.BASE_REFERENCE}\n"), name
-        assert "COPY --from=build /opt/signal /opt/signal" in rest, name
+        rest = split[2]
+        assert rest.startswith(f"FROM {images.BUILD_STAGE} AS install\n"), name
+        assert f"\nFROM ${{{images.BASE_ARG}}}\n" in rest, name
+        assert "COPY --from=install /opt/signal /opt/signal" in rest, name
         assert stage + rest in (REPO / f"Dockerfile.{name}").read_text(), name
 
 
 @pytest.mark.parametrize(
     "text",
     [
-        f"FROM {images.BASE_REFERENCE}\nRUN true\n",  # one stage
-        f"FROM {images.BASE_REFERENCE} AS tools\nRUN true\nFROM {images.BASE_REFERENCE}\n",  # not 'build'
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nRUN true\n",  # one stage
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE} AS tools\nRUN true\nFROM ${BASE_IMAGE}\n",  # not 'build'
+        f"FROM {images.BASE_REFERENCE} AS build\nRUN true\nFROM x\n",  # a base by tag, not the argument
         "FROM elsewhere:1 AS build\nRUN true\nFROM x\n",  # another base
     ],
 )
