@@ -1,10 +1,9 @@
 """The pure parts of signalctl's operator commands: table rows (signalctl/tables.py), the Run
 description (signalctl/describe.py), request refusals and --wait progress
-(signalctl/actions.py), kubeconfig resolution and error messages (signalctl/kubectx.py)."""
+(signalctl/actions.py), error messages (signalctl/kubectx.py)."""
 
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from kubeio.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, ServerError
 from shared import keys
 from signalctl import actions, describe, tables
-from signalctl.kubectx import CommandError, explain, resolve_kubeconfig
+from signalctl.kubectx import explain
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 11, 30, 1, 0, 0, tzinfo=UTC)
@@ -188,21 +187,6 @@ def test_one_run_wait_reports_changes_and_deletion() -> None:
     observe, done = actions.one_run("r1", actions.is_released)
     assert observe([]) == ["Run r1 was deleted"]
     assert done()
-
-
-def test_kubeconfig_resolution(tmp_path: Path) -> None:
-    home, config = tmp_path / "home", tmp_path / "k"
-    config.write_text("x")
-    assert resolve_kubeconfig(str(config), {}, home) == str(config)
-    with pytest.raises(CommandError, match="does not exist; pass an existing file with --kubeconfig"):
-        resolve_kubeconfig(str(tmp_path / "nope"), {}, home)
-    assert resolve_kubeconfig(None, {"KUBECONFIG": f"{tmp_path / 'nope'}:{config}"}, home) == str(config)
-    with pytest.raises(CommandError, match="no kubeconfig found"):
-        resolve_kubeconfig(None, {}, home)
-    assert resolve_kubeconfig(None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, home) is None
-    (home / ".kube").mkdir(parents=True)
-    (home / ".kube" / "config").write_text("x")
-    assert resolve_kubeconfig(None, {}, home) == str(home / ".kube" / "config")
 
 
 @pytest.mark.parametrize(
