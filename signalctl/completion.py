@@ -48,6 +48,8 @@ def tree(parser: argparse.ArgumentParser, path: str = "") -> dict[str, Node]:
             for name, sub in action.choices.items():
                 node.subcommands.append(name)
                 found |= tree(sub, f"{path} {name}".strip())
+        elif not action.option_strings and action.choices:  # a positional with fixed values (the shell)
+            node.subcommands += [str(c) for c in action.choices]
         elif action.option_strings and action.help != argparse.SUPPRESS:
             node.options += action.option_strings
             if action.choices:

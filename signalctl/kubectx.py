@@ -6,7 +6,7 @@ as kubectl merges it: signalctl/kubeconfigs.py).
 Used by every operator command (not by ``signalctl demo``)."""
 
 from kubeio.client import Kube, Obj, resource_path
-from kubeio.errors import AlreadyExists, ApiError, Conflict, Forbidden, Invalid, NotFound, ServerError
+from kubeio.errors import AlreadyExists, ApiError, Conflict, Forbidden, Invalid, NotFound, ServerError, TransportError
 from shared import keys
 
 DEFAULT_NAMESPACE = "signal-system"
@@ -27,6 +27,10 @@ def explain(exc: ApiError, verb: str, what: str, hint: str = "") -> str:
     """One line: ``verb`` (get, patch, ...) of ``what`` (e.g. "Run signal-system/x") failed,
     why, and what the operator can do. ``hint`` is the advice for a missing object."""
     detail = exc.message or exc.reason or f"HTTP {exc.status}"
+    if isinstance(exc, TransportError):  # no answer at all
+        return (
+            f"could not {verb} {what}: no answer from the API server ({detail}); check the kubeconfig and the cluster"
+        )
     if isinstance(exc, NotFound):
         return f"{what} not found" + (f"; {hint}" if hint else "")
     if isinstance(exc, Forbidden):

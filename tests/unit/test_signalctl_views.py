@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kubeio.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, ServerError
+from kubeio.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, ServerError, TransportError
 from shared import keys
 from signalctl import actions, describe, tables
 from signalctl.kubectx import explain
@@ -207,6 +207,12 @@ def test_one_run_wait_reports_changes_and_deletion() -> None:
         ),
         pytest.param(
             ApiError(401, "Unauthorized", "token"), "could not get Run ns/x: HTTP 401 Unauthorized: token", id="401"
+        ),
+        pytest.param(
+            TransportError("cannot connect to https://h:9: refused"),
+            "could not get Run ns/x: no answer from the API server (cannot connect to https://h:9: refused); "
+            "check the kubeconfig and the cluster",
+            id="no answer",
         ),
     ],
 )
