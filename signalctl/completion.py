@@ -163,8 +163,14 @@ def fish(paths: dict[str, Node]) -> str:
 RENDERERS = {"bash": bash, "zsh": zsh, "fish": fish}
 
 
+OUTSIDE_PARSER = ("demo",)
+"""Commands signalctl/main.py dispatches before the parser (so that it loads lazily)."""
+
+
 def script(parser: argparse.ArgumentParser, shell: str) -> str:
-    return RENDERERS[shell](tree(parser))
+    paths = tree(parser)
+    paths[""].subcommands += OUTSIDE_PARSER
+    return RENDERERS[shell](paths)
 
 
 def register(

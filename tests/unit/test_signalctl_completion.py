@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+import yaml
 
 from kubeio.logs import configure_logging
 from shared.digests import bundle_digest, bundle_digest_of_files
@@ -50,7 +51,7 @@ def complete_in_bash(words: list[str]) -> list[str]:
 @pytest.mark.parametrize(
     ("words", "expected", "absent"),
     [
-        (["signalctl", ""], {"get", "describe", "request", "source", "version", "completion"}, {"runs"}),
+        (["signalctl", ""], {"get", "describe", "request", "source", "version", "completion", "demo"}, {"runs"}),
         (["signalctl", "g"], {"get"}, {"describe"}),
         (["signalctl", "get", ""], {"runs", "profiles", "nodes"}, {"get"}),
         (["signalctl", "get", "nodes", "--"], {"--profile", "--output", "--no-headers", "--context"}, {"--dry-run"}),
@@ -213,3 +214,21 @@ def test_log_level(capsys: pytest.CaptureFixture[str], level: str, shown: int) -
         configure_logging("json")
     with pytest.raises(ValueError, match="is not one of"):
         configure_logging("json", "loud")
+
+
+def test_krew_manifest_names_the_plugin_its_binary_and_this_version() -> None:
+    manifest = yaml.safe_load((ROOT / "deploy" / "krew" / "signal.yaml").read_text())
+    assert manifest["apiVersion"] == "krew.googlecontainertools.github.com/v1alpha2"
+    assert manifest["kind"] == "Plugin"
+    assert manifest["metadata"]["name"] == "signal"  # `kubectl signal`, as signalctl.main.program_name expects
+    spec = manifest["spec"]
+    assert spec["version"] == f"v{VERSION}"
+    assert spec["shortDescription"]
+    assert spec["platforms"]
+    for platform in spec["platforms"]:
+        assert platform["bin"] == "kubectl-signal"
+        assert f"v{VERSION}" in platform["uri"]
+        assert platform["uri"].startswith("https://")
+        assert len(platform["sha256"]) == 64
+        assert int(platform["sha256"], 16) >= 0
+        assert {"from": "kubectl-signal", "to": "."} in platform["files"]
