@@ -35,7 +35,7 @@ from adapter.workloads import DEFAULT_RUNNER_IMAGE, DEFAULT_SSHD
 from kubeio.admission import PolicyNotInForce
 from kubeio.client import Kube
 from kubeio.errors import ApiError
-from kubeio.logs import configure_logging
+from kubeio.logs import add_log_level_flag, configure_logging
 from shared.policies import EXIT_POLICY_NOT_IN_FORCE
 
 log = structlog.get_logger("signal-adapter")
@@ -80,6 +80,7 @@ def parser() -> argparse.ArgumentParser:
         help="how long to wait for the admission policies to be in force before refusing to run",
     )
     p.add_argument("--log-format", choices=["json", "console"], default="json")
+    add_log_level_flag(p)
     return p
 
 
@@ -186,7 +187,7 @@ async def adapt(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    configure_logging(args.log_format)
+    configure_logging(args.log_format, args.log_level)
     try:
         return asyncio.run(adapt(args))
     except Refusal as exc:

@@ -16,7 +16,7 @@ from controller.sources import DEFAULT_SOURCE_NAMESPACES, parse_source_namespace
 from controller.state import Context, NotLeader, log
 from kubeio.admission import PolicyNotInForce
 from kubeio.client import Kube
-from kubeio.logs import configure_logging
+from kubeio.logs import add_log_level_flag, configure_logging
 from shared.policies import EXIT_POLICY_NOT_IN_FORCE
 
 
@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-selector", default="", help="serve only profiles matching this label selector")
     parser.add_argument("--resync", type=float, default=30.0, help="seconds between full passes and recovery")
     parser.add_argument("--log-format", choices=["json", "console"], default="json")
+    add_log_level_flag(parser)
     parser.add_argument(
         "--workflow-instance-id", default="", help="Argo instanceID to label Workflows with (when Argo uses one)"
     )
@@ -177,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         help="how long to wait for the admission policies to be in force before refusing to run",
     )
     args = parser.parse_args(argv)
-    configure_logging(args.log_format)
+    configure_logging(args.log_format, args.log_level)
     return asyncio.run(serve(args))
 
 

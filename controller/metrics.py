@@ -15,6 +15,8 @@
 * ``signal_workqueue_depth`` (gauge): keys waiting to be reconciled now.
 * ``signal_projection_tampered_total`` (counter, by profile): a Node's projection differed from
   the profile's record (controller/reassert.py) and was rewritten from it.
+* ``signal_build_info`` (gauge, by version): 1, labelled with the controller's version
+  (shared/version.py).
 """
 
 from collections import Counter as Tally
@@ -24,6 +26,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from shared.run import Phase
+from shared.version import VERSION
 
 REGISTRY = CollectorRegistry()
 RUNS = Gauge("signal_runs", "Runs by phase", ["phase"], registry=REGISTRY)
@@ -65,6 +68,8 @@ PROJECTION_TAMPERED = Counter(
     ["profile"],
     registry=REGISTRY,
 )
+BUILD_INFO = Gauge("signal_build_info", "The controller's version (value 1)", ["version"], registry=REGISTRY)
+BUILD_INFO.labels(version=VERSION).set(1)
 
 
 def refresh(phases: Iterable[str], reserved_nodes: int) -> None:

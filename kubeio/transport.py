@@ -177,6 +177,13 @@ def from_kubeconfig(path: str | Path | None = None, context: str | None = None) 
     return _endpoint(document, file, context)
 
 
+def from_document(document: dict[str, Any], file: Path, context: str | None = None) -> Endpoint:
+    """The endpoint of ``context`` (the current context if None) of a kubeconfig already read
+    (e.g. several merged, as signalctl does with ``$KUBECONFIG``); ``file`` names it in errors
+    and anchors the relative paths left in it."""
+    return _endpoint(document, file, context)
+
+
 def _named(document: dict[str, Any], section: str, name: str, file: Path) -> dict[str, Any]:
     for entry in document.get(section) or []:
         if isinstance(entry, dict) and entry.get("name") == name:

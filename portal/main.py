@@ -164,11 +164,12 @@ def parser() -> argparse.ArgumentParser:
         help="at most this much Run evidence is kept in memory (least recently used beyond it is read again)",
     )
     p.add_argument("--log-format", choices=("json", "console"), default="json")
+    logs.add_log_level_flag(p)
     return p
 
 
-def configure_logging(fmt: str) -> None:
-    logs.configure_logging(fmt)
+def configure_logging(fmt: str, level: str = logs.DEFAULT_LOG_LEVEL) -> None:
+    logs.configure_logging(fmt, level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
@@ -229,7 +230,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(sys.argv[1:] if argv is None else argv)
-    configure_logging(args.log_format)
+    configure_logging(args.log_format, args.log_level)
     try:
         check_exposure(args)
         asyncio.run(serve(args))

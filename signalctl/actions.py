@@ -149,6 +149,10 @@ async def _get_node(kube: Kube, name: str) -> Obj | None:
 
 
 async def cmd_request(kube: Kube, args: argparse.Namespace) -> int:
+    if args.dry_run:
+        from signalctl import dryrun  # noqa: PLC0415 - the controller's rules (pydantic): only for --dry-run
+
+        return await dryrun.cmd_dry_run(kube, args)
     try:
         await kube.get(resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=args.profile))
     except Forbidden:

@@ -21,14 +21,13 @@ from shared import certified, keys
 from shared.durations import DurationError, parse_duration
 from shared.evidence import EvidenceError, decode_document
 from shared.runevidence import RUN_EVIDENCE_SCHEMAS
-from signalctl import actions, describe, nodeview, tables, verify
+from signalctl import actions, completion, describe, fleet, getcmds, kubeconfigs, nodeview, output, source, verify
+from signalctl import version as versioncmd
 from signalctl.kubectx import (
     DEFAULT_NAMESPACE,
     CommandError,
-    connect,
     explain,
     get_run,
-    resolve_kubeconfig,
     unreachable,
 )
 
@@ -57,13 +56,10 @@ async def cmd_get_runs(kube: Kube, args: argparse.Namespace) -> int:
     runs = await list_runs(kube, None if args.all_namespaces else args.namespace)
     if args.profile:
         runs = [r for r in runs if ((r.get("spec") or {}).get("profile") or {}).get("name") == args.profile]
-    if not runs:
-        where = "any namespace" if args.all_namespaces else f"namespace {args.namespace}"
-        suffix = f" of profile {args.profile}" if args.profile else ""
-        print(f"No Runs{suffix} found in {where}.")
-        return 0
-    headers = ("NAMESPACE", *tables.RUN_HEADERS) if args.all_namespaces else tables.RUN_HEADERS
-    print(tables.render(headers, tables.run_rows(runs, datetime.now(UTC), all_namespaces=args.all_namespaces)))
+    where = "any namespace" if args.all_namespaces else f"namespace {args.namespace}"
+    suffix = f" of profile {args.profile}" if args.profile else ""
+    empty = f"No Runs{suffix} found in {where}."
+    output.emit(fleet.run_view(runs, datetime.now(UTC), all_namespaces=args.all_namespaces, empty=empty), args)
     return 0
 
 
@@ -98,7 +94,8 @@ async def cmd_describe_run(kube: Kube, args: argparse.Namespace) -> int:
     except (ApiError, certified.RecordError) as exc:
         print(f"signalctl: warning: the profile's certified-nodes record could not be read: {exc}", file=sys.stderr)
         record = None
-    print(describe.describe_run(run, nodes, events, datetime.now(UTC), record))
+    text = describe.describe_run(run, nodes, events, datetime.now(UTC), record)
+    output.emit(output.View(fleet.RUN_RESOURCE, [run], text=text, single=True), args)
     return 0
 
 
@@ -162,7 +159,10 @@ async def cmd_describe_node(kube: Kube, args: argparse.Namespace) -> int:
         note = f"could not list CertificationProfiles (HTTP {exc.status}): only those projected on the Node are shown"
     names = set(nodeview.projected_profiles(node)) | set(registered or {})
     behinds = [await _behind(kube, node, name, registered) for name in sorted(names)]
-    print(nodeview.describe_node(node, behinds, datetime.now(UTC), note))
+    now = datetime.now(UTC)
+    document = nodeview.node_document(node, behinds, now) if args.output in ("json", "yaml") else node
+    text = nodeview.describe_node(node, behinds, now, note)
+    output.emit(output.View(fleet.NODE_RESOURCE, [document], text=text, single=True), args)
     return 0
 
 
@@ -207,8 +207,10 @@ def build_parser(prog: str = "signalctl") -> argparse.ArgumentParser:
     common.add_argument(
         "-n", "--namespace", default=argparse.SUPPRESS, help=f"namespace of the Runs (default {DEFAULT_NAMESPACE})"
     )
+    common.add_argument("--context", default=argparse.SUPPRESS, help="kubeconfig context (default: current-context)")
     parser = argparse.ArgumentParser(prog=prog, description="Operate Project Signal certification Runs.")
     parser.add_argument("--kubeconfig", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--context", default=None, help=argparse.SUPPRESS)
     parser.add_argument(
         "-n", "--namespace", default=os.environ.get("SIGNAL_NAMESPACE", DEFAULT_NAMESPACE), help=argparse.SUPPRESS
     )
@@ -217,11 +219,13 @@ def build_parser(prog: str = "signalctl") -> argparse.ArgumentParser:
     runs = get.add_parser("runs", aliases=["run"], parents=[common], help="list CertificationRuns")
     runs.add_argument("-A", "--all-namespaces", action="store_true", help="Runs of every namespace")
     runs.add_argument("--profile", help="only Runs of this CertificationProfile")
+    output.add_flags(runs)
     runs.set_defaults(handler=cmd_get_runs)
     desc = commands.add_parser("describe", help="show one object in detail")
     desc_kinds = desc.add_subparsers(dest="kind", required=True, metavar="KIND")
     one = desc_kinds.add_parser("run", parents=[common], help="a CertificationRun, its Nodes and Events")
     one.add_argument("name")
+    output.add_flags(one)
     one.set_defaults(handler=cmd_describe_run)
     node = desc_kinds.add_parser(
         "node",
@@ -229,6 +233,7 @@ def build_parser(prog: str = "signalctl") -> argparse.ArgumentParser:
         help="every profile's result on a Node, the Run and evidence behind it, current or not",
     )
     node.add_argument("name", metavar="NODE")
+    output.add_flags(node)
     node.set_defaults(handler=cmd_describe_node)
     evidence = commands.add_parser("evidence", help="work with a Run's evidence")
     evidence_kinds = evidence.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -246,6 +251,10 @@ def build_parser(prog: str = "signalctl") -> argparse.ArgumentParser:
     request.add_argument("profile")
     request.add_argument("nodes", nargs="+", metavar="NODE")
     request.add_argument("--force", action="store_true", help="also request Nodes that a Run holds reserved")
+    request.add_argument(
+        "--dry-run", action="store_true", help="label nothing; say per Node whether it would be eligible, or why not"
+    )
+    output.add_flags(request)
     request.set_defaults(handler=actions.cmd_request)
     cancel = commands.add_parser("cancel", parents=[common, waiting], help="cancel a Run (spec.cancel)")
     cancel.add_argument("name", metavar="RUN")
@@ -255,12 +264,19 @@ def build_parser(prog: str = "signalctl") -> argparse.ArgumentParser:
     )
     release.add_argument("name", metavar="RUN")
     release.set_defaults(handler=actions.cmd_release)
+    # Each further command registers itself: adding one is an edit to its module and one line here.
+    getcmds.register(get, common)
+    source.register(commands, common)
+    versioncmd.register(commands, common)
+    completion.register(commands, lambda: build_parser(prog))
     return parser
 
 
 async def _execute(handler: Handler, args: argparse.Namespace) -> int:
-    kubeconfig = resolve_kubeconfig(args.kubeconfig, dict(os.environ), Path.home())
-    kube = await connect(kubeconfig)
+    offline = getattr(args, "offline", None)  # a command that needs no API server (completion, version --client)
+    if offline is not None and (code := offline(args)) is not None:
+        return int(code)
+    kube = await kubeconfigs.connect(args.kubeconfig, args.context, dict(os.environ), Path.home())
     try:
         return await handler(kube, args)
     except (TimeoutError, OSError) as exc:

@@ -1,14 +1,12 @@
-"""The operator's connection: which kubeconfig and namespace signalctl uses, and how an API
-error becomes a message that says what failed, for which object, and what to do next.
+"""The operator's connection: the namespace signalctl uses, and how an API error becomes a
+message that says what failed, for which object, and what to do next (which kubeconfig, merged
+as kubectl merges it: signalctl/kubeconfigs.py).
 
-``resolve_kubeconfig`` and ``explain`` are pure; ``connect`` opens a ``kubeio.Kube``.
+``explain`` is pure.
 Used by every operator command (not by ``signalctl demo``)."""
 
-import os
-from pathlib import Path
-
 from kubeio.client import Kube, Obj, resource_path
-from kubeio.errors import AlreadyExists, ApiError, Conflict, Forbidden, Invalid, NotFound, ServerError
+from kubeio.errors import AlreadyExists, ApiError, Conflict, Forbidden, Invalid, NotFound, ServerError, TransportError
 from shared import keys
 
 DEFAULT_NAMESPACE = "signal-system"
@@ -25,40 +23,14 @@ class CommandError(Exception):
         self.code = code
 
 
-def resolve_kubeconfig(flag: str | None, environ: dict[str, str], home: Path) -> str | None:
-    """The kubeconfig file to use: ``--kubeconfig``, else the first existing file of
-    ``$KUBECONFIG`` (a path list), else ``~/.kube/config``. None means in-cluster
-    configuration (only inside a Pod). Raise CommandError when nothing usable is there."""
-    if flag:
-        if not Path(flag).is_file():
-            raise CommandError(f"kubeconfig {flag} does not exist; pass an existing file with --kubeconfig")
-        return flag
-    listed = [p for p in environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    for path in listed:
-        if Path(path).is_file():
-            return path
-    default = home / ".kube" / "config"
-    if not listed and default.is_file():
-        return str(default)
-    if environ.get("KUBERNETES_SERVICE_HOST"):
-        return None
-    tried = ", ".join(listed) if listed else str(default)
-    raise CommandError(f"no kubeconfig found (tried {tried}); pass --kubeconfig FILE or set KUBECONFIG")
-
-
-async def connect(kubeconfig: str | None) -> Kube:
-    try:
-        return await Kube.connect(kubeconfig=kubeconfig, field_manager=FIELD_MANAGER)
-    except Exception as exc:
-        raise CommandError(
-            f"could not load kubeconfig {kubeconfig or '(in-cluster)'}: {exc}; check the file or pass --kubeconfig"
-        ) from exc
-
-
 def explain(exc: ApiError, verb: str, what: str, hint: str = "") -> str:
     """One line: ``verb`` (get, patch, ...) of ``what`` (e.g. "Run signal-system/x") failed,
     why, and what the operator can do. ``hint`` is the advice for a missing object."""
     detail = exc.message or exc.reason or f"HTTP {exc.status}"
+    if isinstance(exc, TransportError):  # no answer at all
+        return (
+            f"could not {verb} {what}: no answer from the API server ({detail}); check the kubeconfig and the cluster"
+        )
     if isinstance(exc, NotFound):
         return f"{what} not found" + (f"; {hint}" if hint else "")
     if isinstance(exc, Forbidden):

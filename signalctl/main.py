@@ -12,16 +12,24 @@ USAGE = """usage: signalctl COMMAND [options]   (signalctl COMMAND --help for it
 
 commands:
   get runs [-A] [--profile P]        list CertificationRuns
+  get profiles [PROFILE]             list CertificationProfiles and how many Nodes passed
+  get nodes [NODE] [--profile P]     each Node's result per profile: fresh or stale, held or not
   describe run RUN                   a Run's status, checks, participants and Events
   describe node NODE                 every profile's result on a Node, the Run and evidence behind it, current or not
   evidence verify RUN                recompute a Run's evidence digests and decision (exit 0 ok, 1 mismatch, 2 missing)
   request PROFILE NODE... [--force]  request certification of Nodes (label .../signal.certify)
+      [--dry-run]                    say per Node whether it would be eligible, or why not; write nothing
   cancel RUN                         cancel a Run (spec.cancel)
   release RUN                        release a finished Run's Nodes (spec.release)
+  source push DIR --profile P        make DIR the profile's immutable source (ConfigMap, digest, profile)
+  version [--client]                 the client's and the controller's versions
+  completion bash|zsh|fish           print a shell completion script
   demo                               start the local control plane with a simulated GPU fleet (Ctrl-C stops it)
 
 options of the operator commands:
-  --kubeconfig FILE   default $KUBECONFIG, then ~/.kube/config
+  --kubeconfig FILE   default $KUBECONFIG (its files merged as kubectl does), then ~/.kube/config
+  --context NAME      a context of the kubeconfig (default its current-context)
+  -o json|yaml|name|wide, --no-headers   (get, describe) output as kubectl prints it
   -n, --namespace NS  namespace of the Runs (default signal-system, or $SIGNAL_NAMESPACE)
   --wait [--timeout 30m]  (request, cancel, release) print progress until done
 

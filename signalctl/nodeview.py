@@ -229,3 +229,35 @@ def describe_node(node: Obj, profiles: Sequence[Behind], now: datetime, profiles
     lines.append("Summary:")
     lines += ["  " + row for row in render(("PROFILE", "RESULT", "CURRENT", "RUN"), summary).splitlines()]
     return "\n".join(lines)
+
+
+def node_document(node: Obj, profiles: Sequence[Behind], now: datetime) -> Obj:
+    """What ``describe node -o json|yaml`` prints: the Node's name, uid, reservation and request,
+    and per profile its result, whether it is current and why not."""
+    meta = node["metadata"]
+    labels = meta.get("labels") or {}
+    results: list[Obj] = []
+    for behind in profiles:
+        label = labels.get(keys.certified_label(behind.profile))
+        detail = detail_of(node, behind.profile)
+        if label is None and detail is None:
+            results.append({"profile": behind.profile, "result": None})
+            continue
+        reasons = not_current(node, behind, now)
+        results.append(
+            {
+                "profile": behind.profile,
+                "result": label,
+                "current": not reasons,
+                "notCurrent": reasons,
+                "detail": detail,
+            }
+        )
+    return {
+        "kind": "NodeCertification",
+        "metadata": {"name": meta["name"], "uid": meta.get("uid")},
+        "reservedBy": labels.get(keys.RESERVED_BY_LABEL),
+        "requested": labels.get(keys.CERTIFY_LABEL),
+        "cordoned": cordoned(node),
+        "profiles": results,
+    }

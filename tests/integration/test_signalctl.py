@@ -186,9 +186,10 @@ async def test_get_and_describe_show_phase_verdicts_and_nodes(
     assert rc == 0
     assert out.splitlines()[0].split()[0] == "NAMESPACE"
     assert any(line.split()[:2] == [ns, name] for line in out.splitlines()[1:])
-    rc, out, _ = await signalctl(kubeconfig, "get", "runs", "-n", ns, "--profile", "nothing-like-it")
+    rc, out, err = await signalctl(kubeconfig, "get", "runs", "-n", ns, "--profile", "nothing-like-it")
     assert rc == 0
-    assert "No Runs of profile nothing-like-it found" in out
+    assert out == ""  # like kubectl: nothing found is said on stderr, so that scripts read nothing
+    assert "No Runs of profile nothing-like-it found" in err
 
     rc, out, err = await signalctl(kubeconfig, "describe", "run", name, "-n", ns)
     assert rc == 0, err

@@ -1,18 +1,17 @@
 """The pure parts of signalctl's operator commands: table rows (signalctl/tables.py), the Run
 description (signalctl/describe.py), request refusals and --wait progress
-(signalctl/actions.py), kubeconfig resolution and error messages (signalctl/kubectx.py)."""
+(signalctl/actions.py), error messages (signalctl/kubectx.py)."""
 
 import json
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kubeio.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, ServerError
+from kubeio.errors import ApiError, Conflict, Forbidden, Invalid, NotFound, ServerError, TransportError
 from shared import keys
 from signalctl import actions, describe, tables
-from signalctl.kubectx import CommandError, explain, resolve_kubeconfig
+from signalctl.kubectx import explain
 
 Obj = dict[str, Any]
 NOW = datetime(2026, 11, 30, 1, 0, 0, tzinfo=UTC)
@@ -190,21 +189,6 @@ def test_one_run_wait_reports_changes_and_deletion() -> None:
     assert done()
 
 
-def test_kubeconfig_resolution(tmp_path: Path) -> None:
-    home, config = tmp_path / "home", tmp_path / "k"
-    config.write_text("x")
-    assert resolve_kubeconfig(str(config), {}, home) == str(config)
-    with pytest.raises(CommandError, match="does not exist; pass an existing file with --kubeconfig"):
-        resolve_kubeconfig(str(tmp_path / "nope"), {}, home)
-    assert resolve_kubeconfig(None, {"KUBECONFIG": f"{tmp_path / 'nope'}:{config}"}, home) == str(config)
-    with pytest.raises(CommandError, match="no kubeconfig found"):
-        resolve_kubeconfig(None, {}, home)
-    assert resolve_kubeconfig(None, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, home) is None
-    (home / ".kube").mkdir(parents=True)
-    (home / ".kube" / "config").write_text("x")
-    assert resolve_kubeconfig(None, {}, home) == str(home / ".kube" / "config")
-
-
 @pytest.mark.parametrize(
     ("error", "expected"),
     [
@@ -223,6 +207,12 @@ def test_kubeconfig_resolution(tmp_path: Path) -> None:
         ),
         pytest.param(
             ApiError(401, "Unauthorized", "token"), "could not get Run ns/x: HTTP 401 Unauthorized: token", id="401"
+        ),
+        pytest.param(
+            TransportError("cannot connect to https://h:9: refused"),
+            "could not get Run ns/x: no answer from the API server (cannot connect to https://h:9: refused); "
+            "check the kubeconfig and the cluster",
+            id="no answer",
         ),
     ],
 )
