@@ -428,7 +428,9 @@ def report(verdict: Verdict) -> int:
         print(f"{CHECK}: {verdict.outcome.upper()}: {reason}", file=sys.stderr)
     target = os.environ.get("SIGNAL_MEASUREMENTS_FILE")
     if target:
-        kept = dict(list(verdict.measurements.items())[:16])
+        # The runner keeps at most 16: the outcome and the summary first, per-test results after.
+        ordered = sorted(verdict.measurements.items(), key=lambda item: item[0].startswith("test_"))
+        kept = dict(ordered[:16])
         kept = {k: (v[:128] if isinstance(v, str) else v) for k, v in kept.items()}
         Path(target).write_text(json.dumps(kept, sort_keys=True), encoding="utf-8")
     return verdict.exit_code
