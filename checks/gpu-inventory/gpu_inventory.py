@@ -48,6 +48,9 @@ PARAMETERS = (
 MAX_OUTPUT_BYTES = 32 * 1024 * 1024
 TIMEOUT_SECONDS = 300
 
+SOURCE_LINE = "# source: "
+"""A recorded output's provenance line (the catalog's test data): never part of the evidence."""
+
 Measurements = dict[str, bool | int | float | str]
 
 # Messages nvidia-smi prints instead of a report. (pattern, fault?) - a fault is the Node's.
@@ -330,6 +333,7 @@ def _judge_gpu(gpu: Gpu, params: dict[str, str], faults: list[str], missing: lis
 
 def verify_text(text: str, params: dict[str, str], *, exit_code: int | None = 0) -> Verdict:
     """The verdict of a captured nvidia-smi -q (or -q -x) output. Fails closed."""
+    text = "\n".join(line for line in text.splitlines() if not line.startswith(SOURCE_LINE))
     report = parse(text)
     faults, missing = list(report.faults), [*config_problems(params), *report.missing]
     if exit_code is None:

@@ -41,6 +41,9 @@ DEFAULT_BENCHMARK = "all_reduce_perf"
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 TIMEOUT_SECONDS = 3600
 
+SOURCE_LINE = "# source: "
+"""A recorded output's provenance line (the catalog's test data): never part of the evidence."""
+
 Measurements = dict[str, bool | int | float | str]
 
 # Prefixes launchers put before each line: OpenMPI --tag-output "[1,0]<stdout>:", MPICH/Intel MPI
@@ -231,6 +234,7 @@ def _bandwidth(
 
 def verify_text(text: str, params: dict[str, str], *, exit_code: int | None = 0) -> Verdict:
     """The verdict of a captured nccl-tests output of one Node. Fails closed."""
+    text = "\n".join(line for line in text.splitlines() if not line.startswith(SOURCE_LINE))
     parsed = parse_log(text)
     faults: list[str] = []
     missing = list(config_problems(params))
