@@ -404,12 +404,12 @@ def main(argv: list[str]) -> int:
             return EXIT_CODES[INCONCLUSIVE]
         return report(verify_text(text, params))
     params = params_from_env(dict(os.environ))
+    if shutil.which(TOOL) is None:  # first: a missing tool is the reason whatever the parameters
+        return report(missing_tool(TOOL))
     problems = config_problems(params) + ([] if "level" in params else ["level is not set (1, 2, 3 or 4)"])
     if problems:
         reasons = tuple(f"configuration error: {p}" for p in problems)
         return report(Verdict(INCONCLUSIVE, (), reasons, {"outcome": INCONCLUSIVE}))
-    if shutil.which(TOOL) is None:
-        return report(missing_tool(TOOL))
     argv = [TOOL, "diag", "-r", params["level"], "-j"]
     if params.get("hostEngine"):
         argv += ["--host", params["hostEngine"]]

@@ -328,6 +328,9 @@ def main(argv: list[str]) -> int:
             return EXIT_CODES[INCONCLUSIVE]
         return report(verify_text(text, params))
     params = params_from_env(dict(os.environ))
+    if shutil.which(TOOL) is None:  # first: a missing tool is the reason whatever the parameters
+        reason = f"{TOOL} is not on PATH in this image: the check cannot run (use an image with perftest)"
+        return report(Verdict(INCONCLUSIVE, (), (reason,), {"outcome": INCONCLUSIVE, "tool_found": False}))
     rank = os.environ.get("SIGNAL_RANK", "")
     problems = config_problems(params)
     if rank == "1" and not params.get("serverHost"):
@@ -337,9 +340,6 @@ def main(argv: list[str]) -> int:
     if problems:
         reasons = tuple(f"configuration error: {p}" for p in problems)
         return report(Verdict(INCONCLUSIVE, (), reasons, {"outcome": INCONCLUSIVE}))
-    if shutil.which(TOOL) is None:
-        reason = f"{TOOL} is not on PATH in this image: the check cannot run (use an image with perftest)"
-        return report(Verdict(INCONCLUSIVE, (), (reason,), {"outcome": INCONCLUSIVE, "tool_found": False}))
     verdicts: list[Verdict] = []
     for index, device in enumerate(d.strip() for d in params.get("devices", "mlx5_0").split(",") if d.strip()):
         args = [TOOL, "-d", device, "-p", str(BASE_PORT + index), "-F", "--report_gbits", "-D", "10"]

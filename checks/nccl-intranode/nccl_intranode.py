@@ -353,15 +353,14 @@ def main(argv: list[str]) -> int:
             return EXIT_CODES[INCONCLUSIVE]
         return report(verify_text(text, params))
     params = params_from_env(dict(os.environ))
-    problems = config_problems(params)
-    if problems:
-        return report(
-            Verdict(INCONCLUSIVE, (), tuple(f"configuration error: {p}" for p in problems), {"outcome": INCONCLUSIVE})
-        )
     tool = params.get("benchmark", DEFAULT_BENCHMARK)
     found = shutil.which(tool)
-    if found is None:
+    if found is None:  # first: a missing tool is the reason whatever the other parameters
         return report(missing_tool(tool))
+    problems = config_problems(params)
+    if problems:
+        reasons = tuple(f"configuration error: {p}" for p in problems)
+        return report(Verdict(INCONCLUSIVE, (), reasons, {"outcome": INCONCLUSIVE}))
     env = {**os.environ, "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH"}
     argv = [found, "-b", "8M", "-e", "4G", "-f", "2", "-g", _gpu_count(params), "-c", "1", "-w", "5", "-n", "20"]
     code, output = run_tool(argv, env)

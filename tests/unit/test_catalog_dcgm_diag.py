@@ -145,7 +145,9 @@ def test_run_mode_without_dcgmi_is_inconclusive_naming_the_tool(tmp_path: Path) 
 
 
 def test_run_mode_without_a_level_is_inconclusive(tmp_path: Path) -> None:
-    code, line, _ = run_check(CHECK, SCRIPT, [tool_dir(tmp_path)], {}, tmp_path)
+    bin_dir = tool_dir(tmp_path)
+    stand_in(bin_dir, "dcgmi", DATA / CHECK / "text_4.4.2_r2_pass.txt")
+    code, line, _ = run_check(CHECK, SCRIPT, [bin_dir], {}, tmp_path)
     assert (code, line["outcome"]) == (3, "Inconclusive")
     assert "level is not set" in line["missing"][0]
 

@@ -124,9 +124,9 @@ def test_run_mode_without_ib_write_bw_is_inconclusive_naming_it(tmp_path: Path) 
 
 
 def test_run_mode_client_without_a_server_is_inconclusive(tmp_path: Path) -> None:
-    code, line, _ = run_check(
-        CHECK, SCRIPT, [tool_dir(tmp_path)], {"minGbps": "90"}, tmp_path, extra={"SIGNAL_RANK": "1"}
-    )
+    bin_dir = tool_dir(tmp_path)
+    stand_in(bin_dir, "ib_write_bw", DATA / CHECK / "roce_client_98gbps.txt")
+    code, line, _ = run_check(CHECK, SCRIPT, [bin_dir], {"minGbps": "90"}, tmp_path, extra={"SIGNAL_RANK": "1"})
     assert (code, line["outcome"]) == (3, "Inconclusive")
     assert "serverHost is not set" in line["missing"][0]
 
