@@ -176,6 +176,9 @@ class _Table:
                 self.current.statuses.append(_norm(status.group("status")))
             elif self.current is not None and self.current.messages:
                 self.current.messages[-1] += _piece(cell)
+            elif self.current is not None and value:
+                # DCGM 4.x prints a test's messages under its per-GPU rows, in the result column.
+                self.current.messages.append(_piece(cell))
         else:
             self.close()
             self.current = Test(self.category, name)
