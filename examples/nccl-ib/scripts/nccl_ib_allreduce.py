@@ -95,20 +95,23 @@ PASS, FAIL, INCONCLUSIVE = "Pass", "Fail", "Inconclusive"
 EXIT_CODES = {PASS: 0, FAIL: 1, INCONCLUSIVE: 3}
 """3 is Signal's documented exit code for "my evidence is insufficient" (Inconclusive)."""
 
-# mpirun --tag-output: "[1,0]<stdout>:" before each line of rank 0 of job 1.
-_TAG = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:\s?")
+# Launchers' prefixes before each line: mpirun --tag-output "[1,0]<stdout>:", MPICH/Intel MPI
+# -prepend-rank "[0] ", Slurm srun --label "0: ", a bracketed timestamp.
+_TAG = re.compile(r"^(?:\[\d+,\d+\]<(?:stdout|stderr)>:\s?|\[\d+\]\s|\d+:\s|\[\d{4}-\d\d-\d\d[ T][\d:.]+\]\s)+")
 # hostname:pid:tid [cudaDev] NCCL INFO ...; WARN adds the source file:line before NCCL (the hostname is cut at '.')
 _NCCL_LINE = re.compile(
     r"^(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:\S+:\d+ )?NCCL (?P<level>INFO|WARN|TRACE) "
 )
-# nccl-tests header: "#  Rank  0 Group  0 Pid  57 on host device  0 [0x18] NVIDIA H100 ..." (older: no Group)
+# nccl-tests header: "#  Rank  0 Group  0 Pid  57 on host device  0 [0x18] NVIDIA H100 ..." (older: no Group;
+# some builds and pastes: no "#")
 _RANK_HEADER = re.compile(
-    r"^#\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+\d+"
+    r"^#?\s*Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+\d+"
 )
-# "Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA" (NCCL >= 2.19: cudaDev; older: busId in hex)
+# "Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA" (NCCL >= 2.19: cudaDev; older: busId in hex;
+# 2.4 era: "Ring 00 : 15 -> 0 [send] via NET/Socket/0"; intra-node channels have no [send]/[receive])
 _CHANNEL = re.compile(
-    r"NCCL INFO Channel (?P<channel>\d+)(?:/\d+)? : (?P<src>\d+)\[[0-9a-fA-Fx]+\] -> (?P<dst>\d+)\[[0-9a-fA-Fx]+\]"
-    r" \[(?P<direction>send|receive)\] via (?P<via>.+?)\s*$"
+    r"NCCL INFO (?:Channel|Ring) (?P<channel>\d+)(?:/\d+)? : (?P<src>\d+)(?:\[[0-9a-fA-Fx]+\])? ->"
+    r" (?P<dst>\d+)(?:\[[0-9a-fA-Fx]+\])?(?: \[(?P<direction>send|receive)\])? via (?P<via>.+?)\s*$"
 )
 # "NET/IBext_v8/0/GDRDMA", "NET/IB/1(0)/GDRDMA/Shared" (PXN), "NET/Socket/0", "NET/AWS Libfabric/0"
 _NET_VIA = re.compile(r"^NET/(?P<net>[^/]+)/(?P<dev>\d+)(?:\(\d+\))?(?P<flags>(?:/[A-Za-z]+)*)$")
@@ -119,10 +122,10 @@ _IB_DEVICE = re.compile(r"\[\d+\](?P<name>[\w.-]+:\d+)/(?P<link>IB|RoCE)\b")
 _SOCKET_USING = re.compile(r"NCCL INFO NET/Socket : Using ")
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (?P<net>.+?)\s*$")
 _INIT_COMPLETE = re.compile(r"NCCL INFO .*\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b.* Init COMPLETE", re.I)
-_NNODES = re.compile(r"NCCL INFO comm \S+ rank \d+ nRanks \d+ nNodes (?P<nodes>\d+)\b")
+_NNODES = re.compile(r"NCCL INFO comm \S+ rank \d+ nRanks (?P<nranks>\d+) nNodes (?P<nodes>\d+)\b")
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)")
-_OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<count>\d+)\s+(?P<status>OK|FAILED)\b")
-_AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>[-+0-9.eE]+|nan|inf)")
+_OUT_OF_BOUNDS = re.compile(r"^#?\s*Out of bounds values\s*:\s*(?P<count>\d+)\s+(?P<status>OK|FAILED)\b")
+_AVG_BUSBW = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(?P<value>[-+0-9.eE]+|nan|inf)")
 _ERRORS = re.compile(
     r"NCCL WARN|\bncclSystemError\b|\bncclInternalError\b|\bncclInvalidArgument\b|\bncclInvalidUsage\b"
     r"|\bncclRemoteError\b|\bncclUnhandledCudaError\b|\bTest (?:NCCL |CUDA )?failure\b|\bMPI_ABORT\b"
@@ -170,6 +173,8 @@ class Parsed:
     """(rank, nranks) of every ``Init COMPLETE``."""
     nodes: int | None = None
     """NCCL's own ``nNodes`` (2.19 and later)."""
+    nranks: set[int] = field(default_factory=set)
+    """NCCL's own ``nRanks`` (the ``comm ... nRanks N nNodes M`` lines)."""
     version: str | None = None
     errors: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
@@ -208,11 +213,16 @@ def _channel(host: str, match: re.Match[str]) -> Channel:
         host=host,
         src=int(match.group("src")),
         dst=int(match.group("dst")),
-        direction=match.group("direction"),
+        direction=match.group("direction") or "",
         via=via,
         net=net.group("net") if net else ("?" if via.startswith("NET/") else None),
         gdrdma="GDRDMA" in flags,
     )
+
+
+def _summary_like(line: str) -> bool:
+    """A line of nccl-tests' own (its '#' lines, or the rank list and summary printed without '#')."""
+    return line.startswith(("#", " ")) or line.lstrip().startswith(("Rank ", "Out of bounds", "Avg bus"))
 
 
 def parse_log(text: str) -> Parsed:
@@ -227,14 +237,15 @@ def parse_log(text: str) -> Parsed:
         if prefix:
             parsed.nccl_lines += 1
             parsed.nccl_hosts.add(host)
-        if line.startswith("#"):
+        if not prefix and _summary_like(line):
             if match := _RANK_HEADER.match(line):
                 parsed.header_ranks.setdefault(int(match.group("rank")), []).append(match.group("host").split(".")[0])
             elif match := _OUT_OF_BOUNDS.match(line):
                 parsed.out_of_bounds = (int(match.group("count")), match.group("status"))
             elif match := _AVG_BUSBW.match(line):
                 parsed.avg_busbw = _float(match.group("value"))
-            continue
+            if line.startswith("#") or _RANK_HEADER.match(line) or _OUT_OF_BOUNDS.match(line) or _AVG_BUSBW.match(line):
+                continue
         if match := _CHANNEL.search(line):
             parsed.channels.append(_channel(host, match))
         elif match := _IB_USING.search(line):
@@ -247,6 +258,7 @@ def parse_log(text: str) -> Parsed:
             parsed.init_complete.append((int(match.group("rank")), int(match.group("nranks"))))
         elif match := _NNODES.search(line):
             parsed.nodes = max(parsed.nodes or 0, int(match.group("nodes")))
+            parsed.nranks.add(int(match.group("nranks")))
         elif (match := _VERSION.search(line)) and parsed.version is None:
             parsed.version = match.group("version")
         elif not prefix and line.split(maxsplit=1)[:1] and line.split(maxsplit=1)[0].isdigit():
@@ -470,8 +482,10 @@ def verify_log(text: str, settings: Settings) -> Verdict:
     """A captured log of unknown shape (one rank's or mpirun's combined output): as rank 0 when it
     holds nccl-tests' header, in the world its header or NCCL's Init lines name."""
     parsed = parse_log(text)
-    sizes = {n for _, n in parsed.init_complete}
-    world = len(parsed.header_ranks) or (max(sizes) if sizes else 0)
+    sizes = {n for _, n in parsed.init_complete} | parsed.nranks
+    # The world its own lines name: nccl-tests' rank list, NCCL's nranks, the ranks channels connect.
+    linked = max((max(c.src, c.dst) for c in parsed.channels), default=-1) + 1
+    world = max([len(parsed.header_ranks), *sizes, linked], default=0)
     ranks = sorted({r for r, _ in parsed.init_complete})
     rank = 0 if parsed.header_ranks or not ranks else ranks[0]
     verdict = verify(parsed, rank=rank, world_size=world, exit_code=0, settings=settings)
