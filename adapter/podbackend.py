@@ -53,12 +53,13 @@ async def run(
     """Results per participant and every Pod found; ``observe_only``: create nothing and wait
     for nothing (an interrupted check)."""
     path = resource_path("v1", "pods", inputs.run_namespace)
+    runs = workloads.container_image(inputs.check, image)  # the runner container's image
     selector = workloads.check_selector(inputs)
     expected = {str(p.index) for p in inputs.participants}
     if not observe_only:
         # A retried step adopts what an earlier one made, under whichever name.
         existing, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-        have = {_index(p) for p in existing if created(p, inputs) and backend.runs_runner(p, image)}
+        have = {_index(p) for p in existing if created(p, inputs) and backend.runs_runner(p, runs)}
         bodies = [
             workloads.backend_pod(inputs, p.index, p.node_name, image)
             for p in sorted(inputs.participants, key=lambda p: p.index)
@@ -74,6 +75,6 @@ async def run(
     pods = await backend.wait_pods(kube, inputs.run_namespace, selector, finished, bound)
     # Only the Pods the adapter created for this Run count: a mirror Pod or another creator's
     # Pod with the same labels is ignored.
-    pods = [p for p in pods if backend.runs_runner(p, image) and created(p, inputs)]
+    pods = [p for p in pods if backend.runs_runner(p, runs) and created(p, inputs)]
     owners = ownership.run_chain_of(inputs.run_name, inputs.run_uid)
     return collect.collect_pods(inputs.participants, pods, script=script), collect.pod_workloads(pods, owners)
