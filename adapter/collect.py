@@ -95,6 +95,13 @@ def pod_result(pod: Obj) -> tuple[RunnerResult | None, str]:
         return None, f"MalformedResult: {exc}"
 
 
+def not_admitted(result: ParticipantResult, message: str) -> ParticipantResult:
+    """``result``'s participant, Inconclusive: the API server refused its Pod (``message``)."""
+    detail = " ".join(message.split())[:400]
+    reason = f"NotAdmitted: the API server refused the Pod of participant {result.index}: {detail}"
+    return result.model_copy(update={"verdict": Verdict.INCONCLUSIVE, "reason": reason[:512]})
+
+
 def _base(participant: Participant, verdict: Verdict, reason: str, pod: Obj | None = None) -> ParticipantResult:
     meta = (pod or {}).get("metadata", {})
     return ParticipantResult(

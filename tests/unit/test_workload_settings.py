@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from adapter import workloads
-from adapter.collect import pod_result
+from adapter.collect import collect_pods, not_admitted, pod_result
 from runner.execute import clean_environment
 from runner.inject import inject
 from shared import keys
@@ -216,3 +216,12 @@ def test_the_injected_runner_runs_from_its_copy_alone(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "work" / "stdout").read_text() == "level=3\n"
     assert b'"verdict":"Pass"' in log.read_bytes()
+
+
+def test_a_pod_the_api_server_refused_is_inconclusive_with_its_reason() -> None:
+    (result,) = collect_pods(make_inputs(1).participants, [], script=None)
+    message = 'pods "r-c0-p0" is forbidden: violates PodSecurity "restricted:latest": unrestricted capabilities'
+    refused = not_admitted(result, message + ' (container "runner" must not include "IPC_LOCK")')
+    assert refused.verdict == "Inconclusive"
+    assert refused.reason.startswith("NotAdmitted: the API server refused the Pod of participant 0: pods")
+    assert "IPC_LOCK" in refused.reason
