@@ -124,6 +124,10 @@ Parameters = Annotated[
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
+                    "rule": f"self.all(k, k.matches(r'{PARAMETER_NAME_PATTERN}'))",
+                    "message": f"parameter names must match {PARAMETER_NAME_PATTERN}",
+                },
+                {
                     "rule": "self.all(k, self.filter(j, j.upperAscii() == k.upperAscii()).size() == 1)",
                     "message": "parameter names must differ by more than case (each becomes SIGNAL_PARAM_<NAME>)",
                 }
