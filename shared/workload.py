@@ -130,7 +130,7 @@ Parameters = Annotated[
                 {
                     "rule": "self.all(k, self.filter(j, j.upperAscii() == k.upperAscii()).size() == 1)",
                     "message": "parameter names must differ by more than case (each becomes SIGNAL_PARAM_<NAME>)",
-                }
+                },
             ],
         },
     ),
