@@ -207,6 +207,8 @@ async def _collect(
             source_digest=source_digest,
             bundle=bundle,
             script_digest=script,
+            parameters=dict(inputs.check.parameters),
+            image=inputs.check.image,
         ),
         verdict=verdict,
         reason=reason,
@@ -251,7 +253,10 @@ async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: 
     if inputs.check.backend == "Pod":
         pods, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
         mine = [
-            p for p in pods if backend.owned_by(p, inputs.run_uid) and backend.runs_runner(p, settings.runner_image)
+            p
+            for p in pods
+            if backend.owned_by(p, inputs.run_uid)
+            and backend.runs_runner(p, workloads.container_image(inputs.check, settings.runner_image))
         ]
         tree.uids |= {p["metadata"]["uid"] for p in mine}
         gone = await backend.fan_out(lambda p: backend.delete_pod(kube, p), mine)

@@ -18,6 +18,7 @@ from typing import Any, assert_never
 from adapter import kueue, workloads
 from shared import keys
 from shared.evidence import OwnerLink, ParticipantResult, Workload
+from shared.limits import EXIT_PYTHON_TOO_OLD
 from shared.profile import MpiScope
 from shared.result import INCONCLUSIVE_EXIT_CODE, RankResult, ResultError, RunnerResult, parse_result
 from shared.run import Participant, Verdict
@@ -34,6 +35,33 @@ def _runner_status(pod: Obj) -> Obj | None:
         if status.get("name") == workloads.CONTAINER:
             terminated = (status.get("state") or {}).get("terminated")
             return terminated if isinstance(terminated, dict) else None
+    return None
+
+
+START_FAILURES = frozenset({"StartError", "ContainerCannotRun", "CreateContainerError"})
+"""Container reasons of a runner that never started (the runtime could not exec it)."""
+
+
+def _runner_cannot_start(pod: Obj, terminated: Obj) -> str | None:
+    """Why the runner container never ran its runner, when that is what happened: its command
+    could not be started (a check's own image without ``python3``), or the injected runner found
+    its ``python3`` too old. None otherwise."""
+    container: Obj = next(
+        (c for c in (pod.get("spec") or {}).get("containers") or [] if c.get("name") == workloads.CONTAINER), {}
+    )
+    image = container.get("image", "?")
+    injected = workloads.INJECTED_LAUNCH in (container.get("command") or [])
+    needs = (
+        f"; a check's own image must have {workloads.CHECK_IMAGE_PYTHON} 3.10 or newer on its PATH "
+        "(docs/operator-guide.md, 'Your own check image')"
+        if injected
+        else ""
+    )
+    if terminated.get("reason") in START_FAILURES:
+        detail = " ".join(str(terminated.get("message") or "").split())[:240]
+        return f"RunnerCannotStart: image {image} could not start Signal's runner ({detail}){needs}"
+    if injected and terminated.get("exitCode") == EXIT_PYTHON_TOO_OLD and not terminated.get("message"):
+        return f"RunnerCannotStart: image {image}: its {workloads.CHECK_IMAGE_PYTHON} is older than 3.10{needs}"
     return None
 
 
@@ -54,6 +82,9 @@ def pod_result(pod: Obj) -> tuple[RunnerResult | None, str]:
     if terminated is None:
         detail = f" ({reason})" if reason else ""
         return None, f"NoResult: the runner container never terminated normally{detail}"
+    cannot = _runner_cannot_start(pod, terminated)
+    if cannot:
+        return None, cannot
     message = terminated.get("message")
     if not message:
         detail = f"; Pod reason {reason}" if reason else ""
@@ -62,6 +93,13 @@ def pod_result(pod: Obj) -> tuple[RunnerResult | None, str]:
         return parse_result(message), ""
     except ResultError as exc:
         return None, f"MalformedResult: {exc}"
+
+
+def not_admitted(result: ParticipantResult, message: str) -> ParticipantResult:
+    """``result``'s participant, Inconclusive: the API server refused its Pod (``message``)."""
+    detail = " ".join(message.split())[:400]
+    reason = f"NotAdmitted: the API server refused the Pod of participant {result.index}: {detail}"
+    return result.model_copy(update={"verdict": Verdict.INCONCLUSIVE, "reason": reason[:512]})
 
 
 def _base(participant: Participant, verdict: Verdict, reason: str, pod: Obj | None = None) -> ParticipantResult:

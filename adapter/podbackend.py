@@ -15,6 +15,7 @@ from typing import Any
 from adapter import backend, collect, workloads
 from adapter.inputs import Inputs, Refusal
 from kubeio.client import Kube, resource_path
+from kubeio.errors import Forbidden, Invalid
 from shared import keys, ownership
 from shared.evidence import ParticipantResult, Workload
 
@@ -53,27 +54,43 @@ async def run(
     """Results per participant and every Pod found; ``observe_only``: create nothing and wait
     for nothing (an interrupted check)."""
     path = resource_path("v1", "pods", inputs.run_namespace)
+    refused: dict[str, str] = {}  # participant index -> why the API server refused its Pod
+    runs = workloads.container_image(inputs.check, image)  # the runner container's image
     selector = workloads.check_selector(inputs)
     expected = {str(p.index) for p in inputs.participants}
     if not observe_only:
         # A retried step adopts what an earlier one made, under whichever name.
         existing, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
-        have = {_index(p) for p in existing if created(p, inputs) and backend.runs_runner(p, image)}
+        have = {_index(p) for p in existing if created(p, inputs) and backend.runs_runner(p, runs)}
         bodies = [
             workloads.backend_pod(inputs, p.index, p.node_name, image)
             for p in sorted(inputs.participants, key=lambda p: p.index)
             if str(p.index) not in have
         ]
-        await backend.fan_out(lambda b: _create(kube, path, b, inputs), bodies)
+        await backend.fan_out(lambda b: _create_or_note(kube, path, b, inputs, refused), bodies)
 
     def finished(pods: list[Obj]) -> bool:
         done = {_index(p) for p in pods if collect.terminal(p) and created(p, inputs)}
-        return expected <= done
+        return expected - set(refused) <= done
 
     bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + grace_seconds
     pods = await backend.wait_pods(kube, inputs.run_namespace, selector, finished, bound)
     # Only the Pods the adapter created for this Run count: a mirror Pod or another creator's
     # Pod with the same labels is ignored.
-    pods = [p for p in pods if backend.runs_runner(p, image) and created(p, inputs)]
+    pods = [p for p in pods if backend.runs_runner(p, runs) and created(p, inputs)]
     owners = ownership.run_chain_of(inputs.run_name, inputs.run_uid)
-    return collect.collect_pods(inputs.participants, pods, script=script), collect.pod_workloads(pods, owners)
+    results = collect.collect_pods(inputs.participants, pods, script=script)
+    results = [collect.not_admitted(r, refused[str(r.index)]) if str(r.index) in refused else r for r in results]
+    return results, collect.pod_workloads(pods, owners)
+
+
+async def _create_or_note(kube: Kube, path: str, body: Obj, inputs: Inputs, refused: dict[str, str]) -> Obj | None:
+    """Create a participant's Pod; a Pod the API server refuses (an admission policy, Pod
+    Security, a missing RuntimeClass...) is noted, and that participant ends Inconclusive with
+    the API server's reason rather than the whole check failing without evidence."""
+    try:
+        return await _create(kube, path, body, inputs)
+    except (Forbidden, Invalid) as exc:
+        refused[_index(body)] = exc.message
+        backend.log.warning("the API server refused a backend Pod", pod=body["metadata"]["name"], why=exc.message)
+        return None

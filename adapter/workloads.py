@@ -48,6 +48,7 @@ from adapter.placement import node_affinity, off_nodes_under_test
 from shared import keys
 from shared.durations import parse_duration
 from shared.profile import Check
+from shared.workload import parameter_env_name
 
 RESERVED_TAINT_KEY: Final = keys.RESERVED_TAINT_KEY
 """``false`` on a group's Pods: Signal never replaces a Pod, so a Pod that ends or is deleted ends
@@ -63,6 +64,14 @@ MPI_API: Final = keys.MPIJOB_API_VERSION
 MPI_JOB_LABEL: Final = "training.kubeflow.org/job-name"
 MPI_ROLE_LABEL: Final = "training.kubeflow.org/job-role"
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
+NETWORKS_ANNOTATION: Final = keys.MULTUS_NETWORKS_ANNOTATION
+SHM_DIR: Final = "/dev/shm"
+INJECT_CONTAINER: Final = "signal-runner-inject"
+INJECTED_DIR: Final = "/signal/runner"
+"""Where the init container copies Signal's runner for a check's own image (read-only there)."""
+INJECTED_LAUNCH: Final = f"{INJECTED_DIR}/runner/launch.py"
+CHECK_IMAGE_PYTHON: Final = "python3"
+"""What a check's own image must have on its PATH (3.10 or newer) to run the injected runner."""
 DEFAULT_RUNNER_IMAGE: Final = keys.DEFAULT_RUNNER_IMAGE
 DEFAULT_SSHD: Final = "/usr/sbin/sshd"
 WORKER_GRACE_SECONDS: Final = 120
@@ -169,7 +178,18 @@ def _identity_env(inputs: Inputs) -> list[dict[str, Any]]:
         # The root filesystem is read-only: temporary files (OpenMPI's session directory,
         # an MPI rank's scratch space) go to the Pod's writable scratch volume.
         {"name": "TMPDIR", "value": WORKDIR},
+        *parameter_env(inputs.check),
     ]
+
+
+def parameter_env(check: Check) -> list[dict[str, Any]]:
+    """The check's parameters, each as ``SIGNAL_PARAM_<NAME upper-cased>`` (sorted by name)."""
+    return [{"name": parameter_env_name(k), "value": v} for k, v in sorted(check.parameters.items())]
+
+
+def container_image(check: Check, runner_image: str) -> str:
+    """The image of the runner container: the check's own, or the runner image."""
+    return check.image or runner_image
 
 
 def tolerations(inputs: Inputs) -> list[dict[str, Any]]:
@@ -212,6 +232,10 @@ def _pod_spec(inputs: Inputs, container: dict[str, Any], *, deadline: int | None
             {"name": "work", "emptyDir": {"sizeLimit": "1Gi"}},
         ],
     }
+    if check.workload.shm_size:
+        spec["volumes"].append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": check.workload.shm_size}})
+    if check.workload.runtime_class_name:
+        spec["runtimeClassName"] = check.workload.runtime_class_name
     spec["activeDeadlineSeconds"] = deadline if deadline is not None else deadline_seconds(check)
     return spec
 
@@ -230,14 +254,41 @@ def _container(inputs: Inputs, image: str, args: list[str], env: list[dict[str, 
             {"name": "work", "mountPath": WORKDIR},
         ],
     }
+    if inputs.check.workload.shm_size:
+        container["volumeMounts"].append({"name": "shm", "mountPath": SHM_DIR})
     resources = _resources(inputs.check)
     if resources:
         container["resources"] = resources
     return container
 
 
+def pod_annotations(check: Check) -> dict[str, str]:
+    """The Multus secondary networks of the check, if any (its only annotation)."""
+    return {NETWORKS_ANNOTATION: ",".join(check.workload.networks)} if check.workload.networks else {}
+
+
+def _inject(spec: dict[str, Any], container: dict[str, Any], check_image: str, runner_image: str) -> None:
+    """Run the check's own image with Signal's runner injected: an init container of the runner
+    image copies the runner (standard-library Python only) into a Pod-local volume, and the
+    check's container starts it with its own ``python3``, isolated and without ``site``."""
+    spec["volumes"].append({"name": "signal-runner", "emptyDir": {"sizeLimit": "64Mi"}})
+    init = {
+        "name": INJECT_CONTAINER,
+        "image": runner_image,
+        "args": ["inject", "--to", INJECTED_DIR],
+        "securityContext": container["securityContext"],
+        "volumeMounts": [{"name": "signal-runner", "mountPath": INJECTED_DIR}],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+    }
+    container["image"] = check_image
+    container["command"] = [CHECK_IMAGE_PYTHON, "-I", "-S", INJECTED_LAUNCH]
+    container["volumeMounts"].append({"name": "signal-runner", "mountPath": INJECTED_DIR, "readOnly": True})
+    spec["initContainers"] = [init]
+
+
 def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: str) -> dict[str, Any]:
-    """The Pod that runs the check's script on one participant's Node."""
+    """The Pod that runs the check's script on one participant's Node (``image``: the runner
+    image; a check that names its own image gets the runner injected into it)."""
     args = [
         "run",
         "--script",
@@ -250,7 +301,10 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
         TERMINATION_LOG,
     ]
     env = [*_identity_env(inputs), {"name": "SIGNAL_PARTICIPANT_INDEX", "value": str(participant_index)}]
-    spec = _pod_spec(inputs, _container(inputs, image, args, env))
+    container = _container(inputs, image, args, env)
+    spec = _pod_spec(inputs, container)
+    if inputs.check.image:
+        _inject(spec, container, inputs.check.image, image)
     if inputs.check.workload.kueue_queue_name:
         # Kueue gates the Pod; a gated Pod may not carry nodeName, so pin it by affinity.
         spec["affinity"] = node_affinity([node_name])
@@ -262,6 +316,8 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
         "labels": {**check_labels(inputs), keys.PARTICIPANT_LABEL: str(participant_index)},
         "ownerReferences": [run_owner(inputs)],
     }
+    if annotations := pod_annotations(inputs.check):
+        metadata["annotations"] = annotations
     add_pod_group(inputs, metadata)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
@@ -351,6 +407,7 @@ def mpijob(
     launcher_container = _container(inputs, image, launcher_args, env)
     launcher_container.pop("resources", None)
     launcher_spec = _pod_spec(inputs, launcher_container)
+    launcher_spec.pop("runtimeClassName", None)  # the ranks run in the workers; mpirun needs no GPU
     if participant_index is None:
         launcher_spec["affinity"] = off_nodes_under_test(nodes, trusted)
         launcher_spec["tolerations"] = [t for t in launcher_spec["tolerations"] if t["key"] != RESERVED_TAINT_KEY]
@@ -379,16 +436,28 @@ def mpijob(
                 "Launcher": {
                     "replicas": 1,
                     "restartPolicy": "Never",
-                    "template": {"metadata": {"labels": {**labels, MPI_ROLE_LABEL: "launcher"}}, "spec": launcher_spec},
+                    "template": {
+                        "metadata": {"labels": {**labels, MPI_ROLE_LABEL: "launcher"}},
+                        "spec": launcher_spec,
+                    },
                 },
                 "Worker": {
                     "replicas": len(nodes),
                     "restartPolicy": "Never",
-                    "template": {"metadata": {"labels": worker_labels}, "spec": worker_spec},
+                    "template": {
+                        "metadata": {"labels": worker_labels, **_annotated(inputs.check)},
+                        "spec": worker_spec,
+                    },
                 },
             },
         },
     }
+
+
+def _annotated(check: Check) -> dict[str, Any]:
+    """An MPI worker template's annotations (its secondary networks), when there are any."""
+    annotations = pod_annotations(check)
+    return {"annotations": annotations} if annotations else {}
 
 
 def mpijobs(

@@ -14,7 +14,8 @@ from controller.nodes import NodeView
 from controller.requirements import shortfalls
 from controller.selectors import matches
 from shared import keys
-from shared.profile import CertificationProfile, Toleration
+from shared.profile import CertificationProfile
+from shared.workload import Toleration
 
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 

@@ -16,6 +16,7 @@ import stat
 import time
 
 from runner.document import Stream
+from shared.limits import PARAMETER_ENV_PREFIX as PARAMETER_PREFIX
 from shared.result_wire import MAX_TAIL_CHARS
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
@@ -103,9 +104,9 @@ def clean_environment(
     inherited: Mapping[str, str], extra: Mapping[str, str], *, home: StrPath, mpi: bool = False
 ) -> dict[str, str]:
     """Only what a script should see: a fixed PATH, HOME, LANG, the container's TMPDIR,
-    Signal's identity variables (``extra``), GPU-runtime variables and, for MPI ranks,
-    OpenMPI's own."""
-    prefixes = PASS_THROUGH_PREFIXES + (MPI_PREFIXES if mpi else ())
+    Signal's identity variables (``extra``), the check's parameters (``SIGNAL_PARAM_*``),
+    GPU-runtime variables and, for MPI ranks, OpenMPI's own."""
+    prefixes = PASS_THROUGH_PREFIXES + (PARAMETER_PREFIX,) + (MPI_PREFIXES if mpi else ())
     env = {k: v for k, v in inherited.items() if k.startswith(prefixes) or k in PASS_THROUGH_KEYS}
     env.update({"PATH": SAFE_PATH, "HOME": os.fspath(home), "LANG": "C.UTF-8"})
     env.update(extra)

@@ -18,6 +18,11 @@ import sys
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    if sys.version_info < (3, 10):  # noqa: UP036 - a check's own image (runner/inject.py): say so, not a SyntaxError
+        from shared.limits import EXIT_PYTHON_TOO_OLD
+
+        sys.stderr.write("signal-runner: python3 {}.{} is older than 3.10\n".format(*sys.version_info[:2]))
+        sys.exit(EXIT_PYTHON_TOO_OLD)
     from runner.main import main
 
     sys.exit(main())

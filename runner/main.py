@@ -27,9 +27,17 @@ import time
 
 from runner.argv import Option, Parser, Role
 from runner.document import Identity, Result
-from runner.execute import ScriptError, StrPath, clean_environment, run_script, script_argv, script_digest
+from runner.execute import (
+    ScriptError,
+    StrPath,
+    clean_environment,
+    run_script,
+    script_argv,
+    script_digest,
+)
 from runner.report import build_result, error_result, fit, read_measurements
 from shared.limits import MAX_PARTICIPANTS
+from shared.limits import PARAMETER_ENV_PREFIX as PARAMETER_PREFIX
 from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, ResultError, is_unicode
 from shared.verdict_names import PASS
 
@@ -213,6 +221,8 @@ def cmd_rank(args: SimpleNamespace) -> int:
     missing = [k for k in WORKER_ENV_KEYS if not os.environ.get(k)]
     if missing:
         os.environ.update(sshd_role.recorded_environment(missing))
+        # The check's parameters, as the worker's container had them (runner/execute.py).
+        os.environ.update(sshd_role.recorded_with_prefix(PARAMETER_PREFIX))
     rank, size, host = mpi.rank_identity(dict(os.environ))
     if not key:
         print(
@@ -262,8 +272,16 @@ def cmd_rank(args: SimpleNamespace) -> int:
 def cmd_worker(args: SimpleNamespace) -> int:
     from runner import mpi  # noqa: PLC0415 - the MPI roles' alone: a Pod check's runner starts without it
 
-    mpi.sshd_or_wait(args.sshd, {k: os.environ[k] for k in WORKER_ENV_KEYS if os.environ.get(k)})
+    recorded = {k: os.environ[k] for k in WORKER_ENV_KEYS if os.environ.get(k)}
+    recorded.update({k: v for k, v in os.environ.items() if k.startswith(PARAMETER_PREFIX)})
+    mpi.sshd_or_wait(args.sshd, recorded)
     return 0
+
+
+def cmd_inject(args: SimpleNamespace) -> int:
+    from runner.inject import cmd_inject as inject  # noqa: PLC0415 - the init container's role alone
+
+    return inject(args.to)
 
 
 def parser() -> Parser:
@@ -286,6 +304,7 @@ def parser() -> Parser:
         "launcher": Role(launcher, cmd_launcher),
         "rank": Role((script, deadline), cmd_rank),
         "worker": Role((sshd,), cmd_worker),
+        "inject": Role((Option("--to", str, required=True, help="directory to copy the runner into"),), cmd_inject),
     }
     return Parser("signal-runner", __doc__.split("\n\n")[0], roles)
 

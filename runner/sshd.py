@@ -96,6 +96,17 @@ def recorded_environment(names: Iterable[str], path: Path | None = None) -> dict
     return {k: v for k in names if isinstance(v := recorded.get(k), str)}
 
 
+def recorded_with_prefix(prefix: str, path: Path | None = None) -> dict[str, str]:
+    """The recorded variables whose names start with ``prefix`` (the check's parameters)."""
+    try:
+        recorded = json.loads((path or Path(IDENTITY_FILE)).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(recorded, dict):
+        return {}
+    return {k: v for k, v in recorded.items() if isinstance(k, str) and k.startswith(prefix) and isinstance(v, str)}
+
+
 def exec_sshd(
     sshd: str,
     environment: Mapping[str, str],

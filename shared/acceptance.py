@@ -98,6 +98,8 @@ def validate_check(run: Obj, check_index: int, document: Obj) -> tuple[Verdict, 
         return Verdict.INCONCLUSIVE, f"ForeignEvidence: it describes check {ident.index} {ident.name!r}", {}
     if ident.source_digest != spec["source"]["digest"]:
         return Verdict.INCONCLUSIVE, "ForeignEvidence: another script source digest", {}
+    if (ident.parameters or {}) != (check.get("parameters") or {}) or ident.image != check.get("image"):
+        return Verdict.INCONCLUSIVE, "ForeignEvidence: other parameters or another image than the Run's check", {}
     expected = {p["index"]: (p["nodeName"], p["nodeUID"]) for p in _participants(run)}
     counts = Counter(p.index for p in results.participants)
     if any(n > 1 for n in counts.values()):

@@ -67,6 +67,11 @@ class CheckIdentity(StrictModel):
     script_digest: Digest | None = None
     """sha256 of the check's script key in the snapshot: what every runner must report having
     executed (``ParticipantResult.script_digest``)."""
+    parameters: dict[str, str] | None = None
+    """The check's parameters as its script received them (``SIGNAL_PARAM_<NAME>``), from the
+    Run's immutable copy of the check. None in evidence written before they were recorded."""
+    image: str | None = None
+    """The check's own image (``name@sha256:<digest>``) its runner ran in; None: the runner image."""
 
 
 class OwnerLink(StrictModel):

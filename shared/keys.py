@@ -139,3 +139,12 @@ RUNNER_HOME: Final = "/home/signal"
 RUNNER_SSH_DIR: Final = f"{RUNNER_HOME}/.ssh"
 # Non-root sshd listens above 1024; the launcher's ssh client (OpenMPI's rsh agent) uses it.
 SSHD_PORT: Final = 2222
+
+# Workload settings of a check (shared/profile.py WorkloadPolicy, Check.image; issue 44).
+MULTUS_NETWORKS_ANNOTATION: Final = "k8s.v1.cni.cncf.io/networks"
+"""Multus's secondary-network annotation: the one annotation a backend Pod may carry for its
+check's ``workload.networks`` (deploy/base/adapter-admission-policy.yaml, variable ``networks``)."""
+CHECK_IMAGES_ANNOTATION: Final = "projectsignal.dev/check-images"
+"""On the Signal Namespace: the installation's allow-list of check images, comma-separated
+``name@sha256:<digest>``; a check's ``image`` is admitted when its digest is one of these
+(compared by digest, never by tag)."""

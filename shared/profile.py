@@ -15,23 +15,21 @@ from shared.durations import DURATION_PATTERN
 from shared.limits import MAX_PARTICIPANTS, MAX_RANKS
 from shared.meta import (
     CONFIGMAP_KEY_PATTERN,
-    RESOURCE_NAME_PATTERN,
     Conditions,
     Digest,
     DnsLabel,
     DnsSubdomain,
     LabelSelector,
     ObjectMeta,
-    ReadableQuantity,
     WireModel,
 )
+from shared.workload import Parameters, WorkloadPolicy
 
 MAX_CHECKS = 32
 MAX_GPUS = 8
 DEFAULT_FRESHNESS = "168h"
 """How old a Pass may be before the portal shows it Stale, for a profile with neither
 ``freshness`` nor ``recurrence`` (7 days)."""
-ALLOWED_CAPABILITIES = ("IPC_LOCK", "SYS_NICE", "SYS_RESOURCE")
 _POSITIVE_DURATION = {"rule": "duration(self) > duration('0s')", "message": "must be positive"}
 
 Duration = Annotated[
@@ -43,16 +41,11 @@ Duration = Annotated[
     ),
 ]
 Backend = Literal["Pod", "MPIJob"]
-Capability = Literal["IPC_LOCK", "SYS_NICE", "SYS_RESOURCE"]
-MAX_TOLERATIONS = 8
+PARAMETER_NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,62}$"
+CHECK_IMAGE_PATTERN = r"^[a-z0-9]([-a-z0-9._:/]*[a-z0-9])?@sha256:[0-9a-f]{64}$"
+"""A check's own image: a repository name pinned by digest (``name@sha256:<64 hex>``), never a
+tag; the installation's allow-list compares the digest (docs/security.md)."""
 MpiScope = Literal["perNode", "crossNode"]
-# Taints a check may never tolerate: Signal's own (its workloads tolerate exactly their Run's
-# cordon, nothing else of Signal's) and the Node lifecycle taints (not-ready, unreachable,
-# unschedulable, pressure...), which say the Node is unfit or cordoned by someone else.
-FORBIDDEN_TOLERATION_PREFIXES = (f"{keys.GROUP}/", "node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
-_TAINT_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
 
 
 class SourceRef(WireModel):
@@ -95,117 +88,6 @@ class Participants(WireModel):
         return value
 
 
-ExtendedResources = Annotated[
-    dict[
-        Annotated[str, Field(max_length=253, pattern=RESOURCE_NAME_PATTERN)],
-        Annotated[int, Field(ge=1, le=1024)],
-    ],
-    Field(
-        json_schema_extra={
-            "maxProperties": 16,
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.all(k, k.contains('/') && k != 'nvidia.com/gpu' && "
-                    f"k.matches(r'{RESOURCE_NAME_PATTERN}'))",
-                    "message": "keys must be extended resources (domain/name) other than nvidia.com/gpu; use gpuCount",
-                }
-            ],
-        }
-    ),
-]
-
-
-class Toleration(WireModel):
-    """One taint of the Nodes' own (e.g. ``nvidia.com/gpu:NoSchedule``) that the check's
-    backend Pods tolerate. Always a named key: no wildcard toleration, no
-    ``tolerationSeconds``, never Signal's own taints nor the Node lifecycle taints
-    (``node.kubernetes.io/...``)."""
-
-    key: Annotated[
-        str,
-        Field(
-            min_length=1,
-            max_length=317,
-            pattern=_TAINT_KEY_PATTERN,
-            json_schema_extra={
-                "x-kubernetes-validations": [
-                    {
-                        "rule": " && ".join(f"!self.startsWith('{p}')" for p in FORBIDDEN_TOLERATION_PREFIXES),
-                        "message": "Signal's own taints (projectsignal.dev/) and the Node lifecycle taints "
-                        "(node.kubernetes.io/, node.cloudprovider.kubernetes.io/) may not be tolerated",
-                    }
-                ]
-            },
-        ),
-    ]
-    """Taint key, e.g. ``nvidia.com/gpu``."""
-    operator: Literal["Equal", "Exists"] = "Equal"
-    """``Equal`` (the taint's value must be ``value``) or ``Exists`` (any value)."""
-    value: Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")] = ""
-    """Taint value for ``Equal``; must be empty for ``Exists``."""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-    """The taint's effect (required: a toleration covers exactly one effect)."""
-
-    @model_validator(mode="after")
-    def _valid(self) -> "Toleration":
-        if self.key.startswith(FORBIDDEN_TOLERATION_PREFIXES):
-            raise ValueError(
-                f"toleration {self.key!r}: Signal's own taints and the Node lifecycle taints may not be tolerated"
-            )
-        if self.operator == "Exists" and self.value:
-            raise ValueError(f"toleration {self.key!r}: operator Exists takes no value")
-        return self
-
-
-Tolerations = Annotated[
-    list[Toleration],
-    Field(
-        max_length=MAX_TOLERATIONS,
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.all(t, t.operator != 'Exists' || !has(t.value) || t.value == '')",
-                    "message": "a toleration with operator Exists takes no value",
-                }
-            ]
-        },
-    ),
-]
-
-
-class WorkloadPolicy(WireModel):
-    """The constrained part of a backend Pod an operator may shape. Nothing else."""
-
-    cpu: ReadableQuantity | None = None
-    """CPU request (and limit) per participant Pod."""
-    memory: ReadableQuantity | None = None
-    """Memory request (and limit) per participant Pod."""
-    extended_resources: ExtendedResources = Field(default_factory=dict)
-    """Extra extended resources per participant, e.g. ``rdma/ib: 1``."""
-    host_network: bool = False
-    """Run the backend Pods in the host network namespace."""
-    capabilities: Annotated[list[Capability], Field(max_length=len(ALLOWED_CAPABILITIES))] = Field(default_factory=list)
-    """Linux capabilities to add, from a fixed allow-list."""
-    kueue_queue_name: DnsSubdomain | None = None
-    """Kueue LocalQueue name, set as the ``kueue.x-k8s.io/queue-name`` label. Such Pods are
-    placed by required node affinity (never ``nodeName``), so Kueue can gate them."""
-    tolerations: Tolerations = Field(default_factory=list)
-    """Taints of the Nodes' own that the backend Pods tolerate (at most 8), e.g.
-    ``{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}``. Eligibility excludes
-    a Node with a NoSchedule or NoExecute taint that neither these nor Signal's cordon
-    tolerate."""
-
-    @field_validator("extended_resources")
-    @classmethod
-    def _extended_resources(cls, value: dict[str, int]) -> dict[str, int]:
-        for key in value:
-            if "/" not in key or key == keys.GPU_RESOURCE:
-                raise ValueError(
-                    f"{key!r}: extended resources must be domain-qualified; use gpuCount for {keys.GPU_RESOURCE}"
-                )
-        return value
-
-
 class MpiSpec(WireModel):
     """The MPI world of an MPIJob check."""
 
@@ -225,6 +107,7 @@ class Check(WireModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {"rule": "!has(self.mpi) || self.backend == 'MPIJob'", "message": "mpi is only for the MPIJob backend"},
+                {"rule": "!has(self.image) || self.backend == 'Pod'", "message": "image is only for the Pod backend"},
                 {
                     "rule": "!has(self.mpi) || !has(self.mpi.slotsPerWorker) || self.mpi.slotsPerWorker <= "
                     "(has(self.gpuCount) && self.gpuCount > 0 ? self.gpuCount : 1)",
@@ -248,6 +131,30 @@ class Check(WireModel):
     """Constrained workload policy."""
     mpi: MpiSpec | None = None
     """MPIJob checks only: the world's scope and ranks per Node (default: perNode, 1 rank)."""
+    parameters: Parameters = Field(default_factory=dict)
+    """At most 32 ``name: value`` strings (name ``^[A-Za-z][A-Za-z0-9_]{0,62}$``, value at
+    most 1024 characters) the script reads as ``SIGNAL_PARAM_<NAME upper-cased>``; part of the
+    Run's immutable copy of the check and of its evidence."""
+    image: Annotated[str, Field(max_length=512, pattern=CHECK_IMAGE_PATTERN)] | None = None
+    """Pod checks only: the operator's own image (``name@sha256:<digest>``, never a tag), whose
+    digest the installation allows (the Signal Namespace's ``projectsignal.dev/check-images``);
+    Signal's runner is injected into it from the runner image (docs/operator-guide.md: the
+    image must have ``python3`` 3.10 or newer on its PATH). Unset: the runner image."""
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameter_names(cls, value: dict[str, str]) -> dict[str, str]:
+        upper = [k.upper() for k in value]
+        clashes = sorted({k for k in value if upper.count(k.upper()) > 1})
+        if clashes:
+            raise ValueError(f"parameters {', '.join(clashes)}: names must differ by more than case")
+        return value
+
+    @model_validator(mode="after")
+    def _image_for_pods(self) -> "Check":
+        if self.image is not None and self.backend != "Pod":
+            raise ValueError(f"check {self.name!r}: image is only for the Pod backend (for now)")
+        return self
 
     @model_validator(mode="after")
     def _mpi_fits(self) -> "Check":

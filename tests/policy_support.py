@@ -26,14 +26,23 @@ async def configure_adapter_workloads(
     runner_image: str = DEFAULT_RUNNER_IMAGE,
     capabilities: str = "",
     host_network: bool = False,
+    runtime_classes: str = "",
+    networks: str = "",
+    shm_size_limit: str = "64Gi",
+    probe: dict[str, object] | None = None,
     timeout: float = 60.0,
 ) -> None:
+    """``probe``: the dry-run Pod that proves the new configuration in force (default: one with
+    the capabilities and host network configured)."""
     path = resource_path(ADMISSION, "validatingadmissionpolicies", name=f"{POLICY}-{namespace}")
     policy = await admin.get(path)
     await configure_runner_image(admin, namespace, runner_image)
     values = {
         "capabilities": json.dumps(capabilities).replace('"', "'"),
         "hostNetwork": "true" if host_network else "false",
+        "runtimeClasses": json.dumps(runtime_classes).replace('"', "'"),
+        "networks": json.dumps(networks).replace('"', "'"),
+        "shmSizeLimit": json.dumps(shm_size_limit).replace('"', "'"),
     }
     for variable in policy["spec"]["variables"]:
         if variable["name"] in values:
@@ -42,7 +51,7 @@ async def configure_adapter_workloads(
     workload: dict[str, object] = {"hostNetwork": host_network}
     if capabilities:
         workload["capabilities"] = [c.strip() for c in capabilities.split(",") if c.strip()]
-    pod = backend_pod(default_inputs(namespace, "Pod", **workload), 0, "gpu-0", runner_image)
+    pod = probe or backend_pod(default_inputs(namespace, "Pod", **workload), 0, "gpu-0", runner_image)
     sa = await identities.service_account(cluster.plane, namespace, "signal-adapter", create=False)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout

@@ -1,0 +1,190 @@
+"""Issue 44 §1 and §3 on real nodes (real kubelets, containerd and runc; tests/realnode_support.py),
+the adapter as a process with its ServiceAccount, the namespace under Pod Security ``restricted``
+with Signal's admission policies from deploy/:
+
+* bring your own image: a check image built with buildah on the local Debian base, NOT from
+  Signal's runner (examples/own-image/Containerfile), allowed by digest on the Namespace's
+  ``projectsignal.dev/check-images``: the runner is injected by an init container and run by the
+  image's own ``python3``; the script sees the image's own tools, the check's parameters
+  (``SIGNAL_PARAM_<NAME>``) and a memory-backed ``/dev/shm`` of the check's size; the evidence
+  records the image and the parameters;
+* the same without ``python3`` (Containerfile.no-python): Inconclusive, the reason naming python3;
+* ``runtimeClassName`` from the policy's allow-list (a RuntimeClass on the nodes' runc handler)
+  and a Multus networks annotation from its allow-list reach the real Pods (no Multus runs here:
+  the kubelet ignores the annotation, the check still runs);
+* RDMA's ``IPC_LOCK``: refused by the namespace as installed; after the change the operator guide
+  names (Pod Security ``enforce: privileged`` on the namespace, the policy's ``capabilities``
+  'IPC_LOCK'), the check's process holds CAP_IPC_LOCK on the node.
+
+Run under ``flock /tmp/signal-realnode.lock``."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from adapter.workloads import backend_pod
+from localcluster.kube import Obj, resource_path
+from shared import keys
+from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
+from tests.adapter_support import AdapterOutcome, check
+from tests.check_images import CheckImage, build_check_images, import_pinned
+from tests.integration.test_deploy_manifests import default_inputs
+from tests.policy_support import configure_adapter_workloads
+from tests.realnode_support import (
+    RealCluster,
+    RealWorld,
+    keep_cluster_dir,
+    start_real_cluster,
+    stop_real_cluster,
+)
+
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(1200)]
+
+NODES = ("node-1", "node-2")
+OWN_SCRIPT = """#!/bin/sh
+out="$(diag-tool)"
+echo "$out"
+kb="$(df -k /dev/shm | sed -n 2p | tr -s ' ' | cut -d' ' -f2)"
+fs="$(grep ' /dev/shm ' /proc/mounts | cut -d' ' -f3)"
+if [ -e /opt/signal ]; then signal=yes; else signal=no; fi
+printf '{"shm_kb": %s, "shm_fs": "%s", "expected": "%s", "signal_installed": "%s"}' \\
+  "$kb" "$fs" "$SIGNAL_PARAM_EXPECTED" "$signal" > "$SIGNAL_MEASUREMENTS_FILE"
+case "$out" in *"$SIGNAL_PARAM_EXPECTED"*) exit 0 ;; *) exit 1 ;; esac
+"""
+CAPS_SCRIPT = """#!/bin/sh
+eff="$(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status)"
+echo "CapEff $eff"
+printf '{"cap_eff": "%s"}' "$eff" > "$SIGNAL_MEASUREMENTS_FILE"
+# CAP_IPC_LOCK is bit 14.
+[ $(( 0x$eff >> 14 & 1 )) -eq 1 ]
+"""
+PLAIN_SCRIPT = """#!/bin/sh
+echo "on $SIGNAL_NODE_NAME"
+"""
+
+
+@pytest.fixture(scope="module")
+async def real() -> AsyncIterator[RealCluster]:
+    started = await start_real_cluster(keep_cluster_dir())
+    try:
+        built = await asyncio.to_thread(build_check_images)
+        for node in started.nodes:
+            for image in built.values():
+                await asyncio.to_thread(import_pinned, node, image)
+        started.timings["check_images"] = 0.0
+        REAL_IMAGES.update(built)
+        yield started
+    finally:
+        await stop_real_cluster(started)
+
+
+REAL_IMAGES: dict[str, CheckImage] = {}
+
+
+@pytest.fixture
+async def world(real: RealCluster, tmp_path: Path) -> AsyncIterator[RealWorld]:
+    w = RealWorld(real.cluster, real.admin, real.namespace, tmp_path)
+    yield w
+    await w.cleanup()
+
+
+async def evidence_of(world: RealWorld, outcome: AdapterOutcome) -> Obj:
+    assert outcome.code == 0, outcome.log
+    document, _ = decode_document(await world.config_map(outcome.outputs["evidence-config-map"]), CHECK_EVIDENCE_SCHEMA)
+    return document
+
+
+async def allow_check_images(real: RealCluster, value: str) -> None:
+    path = resource_path("v1", "namespaces", name=real.namespace)
+    await real.admin.merge_patch(path, {"metadata": {"annotations": {keys.CHECK_IMAGES_ANNOTATION: value}}})
+
+
+async def test_an_image_not_built_from_the_runner_runs_the_injected_runner(real: RealCluster, world: RealWorld) -> None:
+    own = REAL_IMAGES["with-python"]
+    await allow_check_images(real, own.pinned)
+    params = {"expected": "all GPUs healthy", "Level": "1"}
+    diag = check("own", "own.sh", image=own.pinned, parameters=params, workload={"shmSize": "96Mi"})
+    await world.setup_real(NODES, {"own.sh": OWN_SCRIPT}, [diag])
+    outcome = await world.adapter(0)
+    document = await evidence_of(world, outcome)
+    results = document["results"]
+    assert results["verdict"] == "Pass", results
+    assert results["check"]["image"] == own.pinned
+    assert results["check"]["parameters"] == params
+    for participant in results["participants"]:
+        assert participant["verdict"] == "Pass", participant
+        measured = participant["measurements"]
+        assert measured["expected"] == "all GPUs healthy"
+        assert measured["signal_installed"] == "no", "the image has nothing of Signal's installed"
+        assert measured["shm_fs"] == "tmpfs"
+        assert measured["shm_kb"] == 96 * 1024
+    print(f"\nown image {own.pinned}: Pass on {len(results['participants'])} real nodes")
+
+
+async def test_an_image_without_python3_is_inconclusive_naming_python3(real: RealCluster, world: RealWorld) -> None:
+    bare = REAL_IMAGES["no-python"]
+    await allow_check_images(real, bare.pinned)
+    await world.setup_real(NODES[:1], {"own.sh": OWN_SCRIPT}, [check("bare", "own.sh", image=bare.pinned)])
+    outcome = await world.adapter(0)
+    results = (await evidence_of(world, outcome))["results"]
+    assert results["verdict"] == "Inconclusive", results
+    (participant,) = results["participants"]
+    print(f"\nwithout python3: {participant['reason']}")
+    assert participant["reason"].startswith(f"RunnerCannotStart: image {bare.pinned}"), participant
+    assert "python3" in participant["reason"]
+    assert "3.10 or newer on its PATH" in participant["reason"]
+
+
+async def test_runtime_class_and_networks_from_the_allow_lists_reach_real_pods(
+    real: RealCluster, world: RealWorld
+) -> None:
+    name = f"{real.namespace}-runc"
+    body = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": name}, "handler": "runc"}
+    await real.admin.apply(resource_path("node.k8s.io/v1", "runtimeclasses", name=name), body)
+    workload = {"runtimeClassName": name, "networks": ["ib0"]}
+    probe = backend_pod(default_inputs(real.namespace, "Pod", **workload), 0, NODES[0], real.runner.reference)
+    await configure_adapter_workloads(
+        real.cluster, real.admin, real.namespace, runtime_classes=name, networks="ib0", probe=probe
+    )
+    await world.setup_real(NODES[:1], {"plain.sh": PLAIN_SCRIPT}, [check("plain", "plain.sh", workload=workload)])
+    outcome = await world.adapter(0)
+    results = (await evidence_of(world, outcome))["results"]
+    assert results["verdict"] == "Pass", results
+    (pod,) = await world.pods(f"{keys.RUN_UID_LABEL}={world.run['metadata']['uid']}")
+    assert pod["spec"]["runtimeClassName"] == name
+    assert pod["metadata"]["annotations"][keys.MULTUS_NETWORKS_ANNOTATION] == "ib0"
+    assert pod["status"]["phase"] == "Succeeded"
+
+
+async def test_ipc_lock_after_the_documented_rdma_change(real: RealCluster, world: RealWorld) -> None:
+    rdma = {"capabilities": ["IPC_LOCK"]}
+    await world.setup_real(NODES[:1], {"caps.sh": CAPS_SCRIPT}, [check("caps", "caps.sh", workload=rdma)])
+    # As installed: Pod Security `restricted` refuses the capability (and the policy allows none):
+    # the participant is Inconclusive with the API server's reason, never Pass.
+    outcome = await world.adapter(0)
+    results = (await evidence_of(world, outcome))["results"]
+    assert results["verdict"] == "Inconclusive", results
+    (participant,) = results["participants"]
+    assert participant["reason"].startswith("NotAdmitted: the API server refused the Pod of participant 0"), participant
+    assert "IPC_LOCK" in participant["reason"], participant
+    print(f"\nas installed, IPC_LOCK: {participant['reason']}")
+    # The change docs/operator-guide.md ("RDMA checks") names: Pod Security enforce privileged on
+    # the Signal namespace (audit and warn stay restricted), and the policy's capabilities.
+    path = resource_path("v1", "namespaces", name=real.namespace)
+    await real.admin.merge_patch(path, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}})
+    try:
+        await configure_adapter_workloads(real.cluster, real.admin, real.namespace, capabilities="IPC_LOCK")
+        await world.cleanup()
+        await world.setup_real(NODES[:1], {"caps.sh": CAPS_SCRIPT}, [check("caps", "caps.sh", workload=rdma)])
+        outcome = await world.adapter(0)
+        results = (await evidence_of(world, outcome))["results"]
+        assert results["verdict"] == "Pass", results
+        (participant,) = results["participants"]
+        print(f"\nIPC_LOCK on a real node: CapEff {participant['measurements']['cap_eff']}")
+    finally:
+        await real.admin.merge_patch(
+            path, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+        )
+        await configure_adapter_workloads(real.cluster, real.admin, real.namespace)
