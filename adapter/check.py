@@ -29,7 +29,7 @@ from adapter import backend, collect, kueue, mpijobs, podbackend, workloads
 from adapter.adoption import adoptable
 from adapter.adoption import labels as evidence_labels
 from adapter.backend import TreeCheck, log
-from adapter.inputs import Inputs, Refusal, ended, validate_against_run
+from adapter.inputs import Inputs, Refusal, ended, validate_against_run, with_run
 from kubeio.client import Kube, resource_path
 from kubeio.discovery import list_if_served
 from kubeio.errors import AlreadyExists, ApiError, NotFound
@@ -326,7 +326,7 @@ async def run_check(kube: Kube, inputs: Inputs, settings: Settings, stop: asynci
         await _finish(kube, inputs, settings, run, stop, observe_only=True)
         raise
     assert run is not None
-    return await _finish(kube, inputs, settings, run, stop, observe_only=False)
+    return await _finish(kube, with_run(inputs, run), settings, run, stop, observe_only=False)
 
 
 async def clean_up(kube: Kube, inputs: Inputs, settings: Settings) -> Report:

@@ -6,12 +6,15 @@ another uid, or when any parameter disagrees with the Run's immutable spec: the
 Workflow's parameters are a convenience, the Run is the authority.
 """
 
+import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from shared import quarantine
 from shared.profile import Check
 from shared.run import TERMINAL_PHASES, Participant, Phase
 
@@ -29,6 +32,8 @@ class Inputs:
     snapshot: str
     check_index: int
     check: Check
+    quarantine_tolerations: tuple[Mapping[str, str], ...] = ()
+    """The tolerations of the quarantine the Run adopted (set from the Run: ``with_run``)."""
 
 
 def parse_inputs(
@@ -98,3 +103,9 @@ def validate_against_run(inputs: Inputs, run: dict[str, Any] | None, *, allow_en
         raise Refusal(f"{where}: the check parameter differs from the Run's check {inputs.check_index}")
     if spec.get("source", {}).get("snapshotConfigMap") != inputs.snapshot:
         raise Refusal(f"{where}: snapshot {inputs.snapshot!r} is not the Run's snapshot ConfigMap")
+
+
+def with_run(inputs: Inputs, run: Mapping[str, Any]) -> Inputs:
+    """``inputs`` with what they take from the validated Run itself: the tolerations of the
+    quarantine it adopted (shared/quarantine.py; issue 43, item 1)."""
+    return dataclasses.replace(inputs, quarantine_tolerations=tuple(quarantine.tolerations(run.get("spec") or {})))

@@ -193,8 +193,13 @@ def container_image(check: Check, runner_image: str) -> str:
 
 
 def tolerations(inputs: Inputs) -> list[dict[str, Any]]:
-    """The Run's cordon, then the check's own tolerations (validated by the profile model)."""
-    own = [{"key": RESERVED_TAINT_KEY, "operator": "Equal", "value": inputs.run_uid, "effect": "NoSchedule"}]
+    """The Run's cordon, the quarantine the Run adopted (shared/quarantine.py: read from the
+    Run, which only the controller writes), then the check's own tolerations (validated by the
+    profile model)."""
+    own: list[dict[str, Any]] = [
+        {"key": RESERVED_TAINT_KEY, "operator": "Equal", "value": inputs.run_uid, "effect": "NoSchedule"}
+    ]
+    own += [dict(t) for t in inputs.quarantine_tolerations]
     for toleration in inputs.check.workload.tolerations:
         entry = {"key": toleration.key, "operator": toleration.operator, "effect": toleration.effect}
         if toleration.operator == "Equal":

@@ -25,14 +25,14 @@ from prometheus_client import Counter
 
 from controller import events, metrics
 from controller.evidence_adoption import adoption_problem
-from controller.manifests import owner_reference
-from controller.projection import detail, node_condition, projection_patch, recorded
+from controller.manifests import fail_taint_patch, owner_reference
+from controller.projection import detail, failed_condition, node_condition, projection_patch, recorded
 from controller.reassert import read_record, record_run
 from controller.runview import ParticipantRef, RunView
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import AlreadyExists, Conflict, NotFound
-from shared import certified, keys
+from shared import certified, keys, quarantine
 from shared.acceptance import CheckInput, RunDecision, assess_check, decide, run_document
 from shared.conditions import set_condition
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, EvidenceError, config_map, decode_document
@@ -224,11 +224,33 @@ async def _project(
                 continue
         condition = {
             "metadata": {"uid": participant.node_uid},
-            "status": {"conditions": [node_condition(profile, new)]},
+            "status": {"conditions": [node_condition(profile, new), failed_condition(profile, new)]},
         }
         await ctx.kube.strategic_patch(f"{path}/status", condition)
+        taint = quarantine.fail_taint(run["spec"]) if new["verdict"] == "Fail" else None
+        if taint is not None:
+            await _add_fail_taint(ctx, path, participant, taint)
         return True
     raise Conflict(409, "Conflict", f"Node {node_name} kept changing while projecting Run {run['metadata']['name']}")
+
+
+async def _add_fail_taint(ctx: Context, path: str, participant: ParticipantRef, taint: quarantine.Taint) -> None:
+    """Add the Run's ``onFail`` taint to a Node that failed (issue 43, item 3); conditioned on
+    the resourceVersion of the Node read, retried on a Conflict, nothing when it is there."""
+    for _ in range(NODE_PATCH_ATTEMPTS):
+        node = await ctx.kube.get_or_none(path)
+        if node is None or node["metadata"].get("uid") != participant.node_uid:
+            return
+        patch = fail_taint_patch(node, taint)
+        if patch is None:
+            return
+        try:
+            await ctx.kube.merge_patch(path, patch)
+            log.info("fail taint added", node=participant.node_name, taint=f"{taint[0]}:{taint[2]}")
+            return
+        except Conflict:
+            continue
+    raise Conflict(409, "Conflict", f"Node {participant.node_name} kept changing while adding the Fail taint")
 
 
 async def accept(ctx: Context, view: RunView, workflow: Obj | None, *, deadline_passed: bool) -> None:

@@ -2,10 +2,13 @@
 
 A candidate is requested for this profile (``node-restriction.kubernetes.io/signal.certify=<profile>``), matches
 the profile's selector, is Ready, is reserved by no Run (by label, or by a live group in the
-admission ledger), is not cordoned by someone else, carries the budget's topology label when
+admission ledger), is not cordoned by someone else (unless the profile adopts the cordon:
+``adoptQuarantine.cordon``), carries the budget's topology label when
 the profile has a budget, carries no NoSchedule or NoExecute taint that a check of the
 profile does not tolerate (Signal's own cordon aside; a check tolerates what its
-``workload.tolerations`` list), and has allocatable resources covering the per-Node
+``workload.tolerations`` list; a quarantine taint the profile adopts, ``adoptQuarantine.taints``
+or its own ``onFail`` taint, is tolerated by the Run's workloads: shared/quarantine.py), and has
+allocatable resources covering the per-Node
 requirement."""
 
 from collections.abc import Mapping, Sequence, Set
@@ -28,11 +31,25 @@ def tolerates(tolerations: Sequence[Toleration], key: str, value: str, effect: s
     )
 
 
+def adopted(profile: CertificationProfile, key: str, effect: str) -> bool:
+    """Whether the profile adopts the quarantine taint ``key:effect`` (an ``adoptQuarantine``
+    rule, or its own ``onFail`` taint, which it certifies the Node through again)."""
+    adopt, on_fail = profile.spec.adopt_quarantine, profile.spec.on_fail
+    if adopt is not None and any(r.key == key and r.effect == effect for r in adopt.taints):
+        return True
+    fail = on_fail.taint if on_fail is not None else None
+    return fail is not None and fail.key == key and fail.effect == effect
+
+
+def adopts_cordon(profile: CertificationProfile) -> bool:
+    return profile.spec.adopt_quarantine is not None and profile.spec.adopt_quarantine.cordon
+
+
 def untolerated_taint(node: NodeView, profile: CertificationProfile) -> str | None:
     """The first of the Node's blocking taints that some check does not tolerate, as
     ``"<taint> (check <name>)"``; None when every check tolerates them all."""
     for key, value, effect in sorted(node.taints):
-        if effect not in BLOCKING_EFFECTS:
+        if effect not in BLOCKING_EFFECTS or adopted(profile, key, effect):
             continue
         for check in profile.spec.checks:
             if not tolerates(check.workload.tolerations, key, value, effect):
@@ -58,7 +75,7 @@ def ineligibility(
         return f"reserved by Run {node.reservation.run_name or node.reservation.run_uid}"
     if node.name in held or node.signal_tainted:
         return "held by an admission in progress"
-    if node.unschedulable:
+    if node.unschedulable and not adopts_cordon(profile):
         return "cordoned by someone else"
     budget = profile.spec.failure_domain_budget
     if budget is not None and not node.labels.get(budget.topology_key):

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from controller.nodes import RESERVED_TAINT_KEY, NodeView
-from shared import keys, snapshot
+from shared import keys, quarantine, snapshot
 from shared.durations import parse_duration
 from shared.profile import CertificationProfile
 
@@ -102,6 +102,13 @@ def run_manifest(
     attempt: int = 1,
     snapshot_nonce: str = "",
 ) -> dict[str, Any]:
+    # The quarantine the Run adopts (shared/quarantine.py): its rules, copied, and what each
+    # Node carried of it, recorded where only the controller writes (never on the Node).
+    rules: dict[str, Any] = {}
+    if profile.spec.adopt_quarantine is not None:
+        rules["adoptQuarantine"] = profile.spec.adopt_quarantine.to_wire()
+    if profile.spec.on_fail is not None:
+        rules["onFail"] = profile.spec.on_fail.to_wire()
     participants = [
         {
             "index": i,
@@ -109,6 +116,7 @@ def run_manifest(
             "nodeUID": node.uid,
             "capacity": dict(sorted(node.capacity_raw.items())),
             "allocatable": dict(sorted(node.allocatable_raw.items())),
+            **({"adopted": a} if (a := quarantine.adopted_on(rules, node.taints, node.unschedulable)) else {}),
         }
         for i, node in enumerate(nodes)
     ]
@@ -131,6 +139,7 @@ def run_manifest(
             "participants": participants,
             "suiteDeadlineSeconds": suite_deadline_seconds(profile),
             "attempt": attempt,
+            **rules,
         },
     }
 
@@ -236,7 +245,12 @@ def reservation_patch(node: Mapping[str, Any], run: Mapping[str, Any], index: in
 
 
 def release_patch(
-    node: Mapping[str, Any], run_uid: str, *, restore_request: str | None = None, next_attempt: int | None = None
+    node: Mapping[str, Any],
+    run_uid: str,
+    *,
+    restore_request: str | None = None,
+    next_attempt: int | None = None,
+    lift: Mapping[str, Any] | None = None,
 ) -> dict[str, Any] | None:
     """Merge patch removing a Run's reservation, or None when the Node is not held by it.
     Only Signal's own taint is removed: an operator's cordon (spec.unschedulable) stays.
@@ -245,14 +259,19 @@ def release_patch(
     Run's profile (or its ledger group's), never the profile the reservation annotation names,
     which the Node's own kubelet can rewrite (the request label is one a kubelet cannot write,
     and a release must not write it on a kubelet's word). ``next_attempt`` (a retry) records the
-    attempt number the next admission of that request takes."""
+    attempt number the next admission of that request takes. ``lift`` (a release after a Pass:
+    the Run's raw participant entry) also lifts the quarantine the Run adopted on the Node
+    (shared/quarantine.py): each recorded taint still carried exactly (key, value, effect), and
+    the cordon when recorded; nothing else, in the same patch as the reservation's removal."""
     labels = node.get("metadata", {}).get("labels") or {}
     taints = node.get("spec", {}).get("taints") or []
     ours = labels.get(keys.RESERVED_BY_LABEL) == run_uid
     our_taint = [t for t in taints if t.get("key") == RESERVED_TAINT_KEY and t.get("value") == run_uid]
     if not ours and not our_taint:
         return None
-    remaining = [t for t in taints if t not in our_taint]
+    cordon, adopted = quarantine.recorded(lift) if lift is not None else (False, [])
+    lifted = [t for t in taints if _as_taint(t) in adopted]
+    remaining = [t for t in taints if t not in our_taint and t not in lifted]
     patch: dict[str, Any] = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}}
     if ours:
         patch["metadata"]["labels"] = {keys.RESERVED_BY_LABEL: None}
@@ -272,7 +291,24 @@ def release_patch(
             elif isinstance(attempt, str) and attempt.startswith(f"{request}:"):
                 patch["metadata"]["annotations"][keys.ATTEMPT_ANNOTATION] = attempt
     patch["spec"] = {"taints": remaining or None}
+    if cordon and node.get("spec", {}).get("unschedulable"):
+        patch["spec"]["unschedulable"] = None
     return patch
+
+
+def _as_taint(taint: Mapping[str, Any]) -> quarantine.Taint:
+    return str(taint.get("key", "")), str(taint.get("value") or ""), str(taint.get("effect", ""))
+
+
+def fail_taint_patch(node: Mapping[str, Any], taint: quarantine.Taint) -> dict[str, Any] | None:
+    """Merge patch adding the Fail taint ``taint`` (key, value, effect) to a Node, conditioned on
+    its resourceVersion; None when it already carries it (any value of its key and effect)."""
+    taints = list(node.get("spec", {}).get("taints") or [])
+    key, value, effect = taint
+    if any(t.get("key") == key and t.get("effect") == effect for t in taints):
+        return None
+    taints.append({"key": key, "value": value, "effect": effect} if value else {"key": key, "effect": effect})
+    return {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": taints}}
 
 
 def _detail_of(annotation: str) -> dict[str, Any]:

@@ -98,6 +98,26 @@ def node_condition(profile: str, new: dict[str, str]) -> Obj:
     }
 
 
+FAILED_REASONS = {
+    "Pass": "CertificationPassed",
+    "Fail": "CertificationFailed",
+    "Inconclusive": "CertificationInconclusive",
+}
+
+
+def failed_condition(profile: str, new: dict[str, str]) -> Obj:
+    """The Node condition a remediator watches (issue 43, item 3): type
+    ``failed.projectsignal.dev/<profile>``, True only for a Fail (reason ``CertificationFailed``);
+    False with reason ``CertificationPassed`` or ``CertificationInconclusive`` otherwise. An
+    Inconclusive says nothing about the Node's health, so it never reads as a failure."""
+    verdict = new["verdict"]
+    return node_condition(profile, new) | {
+        "type": keys.failed_condition(profile),
+        "status": "True" if verdict == "Fail" else "False",
+        "reason": FAILED_REASONS.get(verdict, "CertificationInconclusive"),
+    }
+
+
 # -- the authoritative record and the Node's copy of it (issue 12, item 6; shared/certified.py) --
 
 LABEL, ANNOTATION, CONDITION = "label:", "annotation:", "condition:"
@@ -129,7 +149,7 @@ def node_copy(node: Mapping[str, Any]) -> dict[str, str]:
             found[ANNOTATION + key] = str(value)
     for condition in (node.get("status") or {}).get("conditions") or []:
         kind = str(condition.get("type", ""))
-        if kind.startswith(keys.CERTIFIED_LABEL_PREFIX):
+        if kind.startswith((keys.CERTIFIED_LABEL_PREFIX, keys.FAILED_CONDITION_PREFIX)):
             found[CONDITION + kind] = _condition_signature(condition)
     return found
 
@@ -147,8 +167,15 @@ def expected_copy(profile: str, entry: dict[str, str] | None, stale: str | None 
     """What a Node must carry for ``profile`` given its record entry (None: nothing); ``stale``:
     why the entry proves nothing current any more (its labels then say ``Stale``)."""
     key, trusted = keys.certified_label(profile), certified.trusted_label(profile)
+    failed = keys.failed_condition(profile)
     if entry is None:
-        return {LABEL + key: None, LABEL + trusted: None, ANNOTATION + key: None, CONDITION + key: None}
+        return {
+            LABEL + key: None,
+            LABEL + trusted: None,
+            ANNOTATION + key: None,
+            CONDITION + key: None,
+            CONDITION + failed: None,
+        }
     shown = {k: v for k, v in entry.items() if k != "nodeUID"}
     shown_condition = node_condition(profile, shown) if stale is None else stale_condition(profile, shown, stale)
     value = entry["verdict"] if stale is None else STALE
@@ -157,6 +184,8 @@ def expected_copy(profile: str, entry: dict[str, str] | None, stale: str | None 
         LABEL + trusted: value,
         ANNOTATION + key: _encoded(shown),
         CONDITION + key: _condition_signature(shown_condition),
+        # A Fail stays a Fail when it goes stale: nothing has proven the Node since.
+        CONDITION + failed: _condition_signature(failed_condition(profile, shown)),
     }
 
 
@@ -179,13 +208,17 @@ def reassert_patches(
             meta["metadata"]["labels"] = labels
         if annotations:
             meta["metadata"]["annotations"] = annotations
-    status: Obj | None = None
-    if any(k.startswith(CONDITION) for k in differs):
-        key = keys.certified_label(profile)
-        if entry is None:
-            status = {"status": {"conditions": [{"type": key, "$patch": "delete"}]}}
-        else:
-            shown = {k: v for k, v in entry.items() if k != "nodeUID"}
-            condition = node_condition(profile, shown) if stale is None else stale_condition(profile, shown, stale)
-            status = {"status": {"conditions": [condition]}}
+    key, failed = keys.certified_label(profile), keys.failed_condition(profile)
+    conditions: list[Obj] = []
+    if entry is None:
+        conditions = [{"type": k, "$patch": "delete"} for k in (key, failed) if CONDITION + k in differs]
+    else:
+        shown = {k: v for k, v in entry.items() if k != "nodeUID"}
+        if CONDITION + key in differs:
+            conditions.append(
+                node_condition(profile, shown) if stale is None else stale_condition(profile, shown, stale)
+            )
+        if CONDITION + failed in differs:
+            conditions.append(failed_condition(profile, shown))
+    status: Obj | None = {"status": {"conditions": conditions}} if conditions else None
     return meta, status, differs

@@ -16,7 +16,8 @@ still in flight)."""
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from controller.manifests import release_patch, reservation_patch
 from controller.nodes import NodeView, node_view, patch_basis
@@ -24,6 +25,7 @@ from controller.runview import ParticipantRef, RunView
 from controller.state import Context, NotLeader, log
 from kubeio.client import resource_path
 from kubeio.errors import Conflict, NotFound
+from shared import quarantine
 
 NODE_PATCH_ATTEMPTS = 5
 NODE_WRITE_CONCURRENCY = 32
@@ -81,8 +83,9 @@ async def reserve(ctx: Context, run: RunView, participant: ParticipantRef) -> No
     """Reserve one Node for ``run`` (idempotent), or raise AdmissionAborted."""
     uid = run.uid
     cached = ctx.nodes.items.get(f"/{participant.node_name}")
+    cordon_adopted = quarantine.adopts_cordon(run.raw.get("spec") or {})
     for _ in range(NODE_PATCH_ATTEMPTS):
-        if cached is not None and reservable(cached, participant):
+        if cached is not None and reservable(cached, participant, cordon_adopted=cordon_adopted):
             view, node = cached, patch_basis(cached)
         else:
             read = await ctx.kube.get_or_none(_node_path(participant.node_name))
@@ -94,7 +97,7 @@ async def reserve(ctx: Context, run: RunView, participant: ParticipantRef) -> No
             if view.reservation.run_uid == uid:
                 return
             raise AdmissionAborted(f"Node {view.name} is reserved by Run {view.reservation.run_name}")
-        if view.unschedulable or not view.ready:
+        if (view.unschedulable and not cordon_adopted) or not view.ready:
             raise AdmissionAborted(f"Node {view.name} is cordoned by someone else or not Ready")
         try:
             await ctx.kube.merge_patch(_node_path(view.name), reservation_patch(node, run.raw, participant.index))
@@ -104,40 +107,59 @@ async def reserve(ctx: Context, run: RunView, participant: ParticipantRef) -> No
     raise AdmissionAborted(f"Node {participant.node_name} kept changing; could not reserve it")
 
 
-def reservable(view: NodeView, participant: ParticipantRef) -> bool:
+def reservable(view: NodeView, participant: ParticipantRef, *, cordon_adopted: bool = False) -> bool:
     """Whether ``view`` shows ``participant``'s Node (same uid) free to reserve: Ready, not
-    cordoned by anyone, not reserved."""
-    return view.uid == participant.node_uid and view.reservation is None and view.ready and not view.unschedulable
+    cordoned by anyone (unless the Run adopts the cordon: shared/quarantine.py), not reserved."""
+    cordoned = view.unschedulable and not cordon_adopted
+    return view.uid == participant.node_uid and view.reservation is None and view.ready and not cordoned
 
 
 async def release_nodes(
-    ctx: Context, run: RunView, *, restore_request: bool = False, next_attempt: int | None = None
+    ctx: Context,
+    run: RunView,
+    *,
+    restore_request: bool = False,
+    next_attempt: int | None = None,
+    lift_quarantine: bool = False,
 ) -> None:
     """Remove ``run``'s reservation from every participant that still carries it (each one is
-    tried even when another fails; then the first failure is raised)."""
+    tried even when another fails; then the first failure is raised). ``lift_quarantine`` (a
+    release after a Pass): also lift what the Run adopted on each Node (shared/quarantine.py)."""
+    entries = {p.get("nodeName"): p for p in (run.raw.get("spec") or {}).get("participants") or []}
 
     def call(name: str) -> Callable[[], Awaitable[None]]:
         request = run.profile_name if restore_request else None
-        return lambda: release_node(ctx, name, run.uid, restore_request=request, next_attempt=next_attempt)
+        lift = entries.get(name) if lift_quarantine else None
+        return lambda: release_node(ctx, name, run.uid, restore_request=request, next_attempt=next_attempt, lift=lift)
 
     await each_node([call(p.node_name) for p in run.participants], stop_at_first_error=False)
 
 
 async def release_node(
-    ctx: Context, name: str, run_uid: str, *, restore_request: str | None = None, next_attempt: int | None = None
+    ctx: Context,
+    name: str,
+    run_uid: str,
+    *,
+    restore_request: str | None = None,
+    next_attempt: int | None = None,
+    lift: Mapping[str, Any] | None = None,
 ) -> None:
     """Remove Run ``run_uid``'s reservation from Node ``name``; ``restore_request``: the profile
-    whose request the Node gets back (manifests.release_patch)."""
+    whose request the Node gets back, ``lift``: the Run's participant entry whose adopted
+    quarantine goes with it (manifests.release_patch)."""
     for _ in range(NODE_PATCH_ATTEMPTS):
         node = await ctx.kube.get_or_none(_node_path(name))
         if node is None:
             return
-        patch = release_patch(node, run_uid, restore_request=restore_request, next_attempt=next_attempt)
+        if lift is not None and node["metadata"].get("uid") != lift.get("nodeUID"):
+            lift = None  # a replaced Node: what the Run adopted was on another
+        patch = release_patch(node, run_uid, restore_request=restore_request, next_attempt=next_attempt, lift=lift)
         if patch is None:
             return
         try:
             await ctx.kube.merge_patch(_node_path(name), patch)
-            log.info("node released", node=name, run_uid=run_uid)
+            lifted = quarantine.recorded(lift) if lift is not None else (False, [])
+            log.info("node released", node=name, run_uid=run_uid, quarantine_lifted=bool(lifted[0] or lifted[1]))
             return
         except Conflict:
             continue

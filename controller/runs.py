@@ -332,7 +332,9 @@ async def release(ctx: Context, run: RunView) -> Obj | None:
     name = run.name
     if await workloads_remain(ctx, run, before="the group is released"):
         return None
-    await release_nodes(ctx, run)
+    # Only a Pass lifts the quarantine the Run adopted (issue 43, item 1); a Fail, an
+    # Inconclusive or a Canceled Run leaves it where it was.
+    await release_nodes(ctx, run, lift_quarantine=run.phase == Phase.SUCCEEDED)
     await ctx.drop_group(name)
     conditions = set_condition(
         run.conditions,

@@ -50,6 +50,10 @@ holds the adapter's token (issue 42 M-C)."""
 # Prefix of the per-profile result label: certified.projectsignal.dev/<profile>.
 CERTIFIED_LABEL_PREFIX: Final = f"certified.{GROUP}/"
 
+# A Node condition per profile that a remediator (e.g. a NodeHealthCheck) watches: type
+# failed.projectsignal.dev/<profile>, True only when the Node's latest result is Fail (issue 43).
+FAILED_CONDITION_PREFIX: Final = f"failed.{GROUP}/"
+
 # Labels Signal puts on the objects it creates.
 RUN_NAME_LABEL: Final = f"{GROUP}/run"
 RUN_UID_LABEL: Final = f"{GROUP}/run-uid"
@@ -115,6 +119,11 @@ ARGO_INSTANCE_LABEL: Final = "workflows.argoproj.io/controller-instanceid"
 def certified_label(profile_name: str) -> str:
     """The Node label that carries the latest result of ``profile_name``."""
     return f"{CERTIFIED_LABEL_PREFIX}{profile_name}"
+
+
+def failed_condition(profile_name: str) -> str:
+    """The Node condition type that says whether ``profile_name`` failed the Node."""
+    return f"{FAILED_CONDITION_PREFIX}{profile_name}"
 
 
 DEFAULT_RUNNER_IMAGE: Final = "projectsignal.dev/runner:0.1.0"

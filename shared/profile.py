@@ -23,6 +23,7 @@ from shared.meta import (
     ObjectMeta,
     WireModel,
 )
+from shared.quarantine import AdoptQuarantine, OnFail
 from shared.workload import Parameters, WorkloadPolicy
 
 MAX_CHECKS = 32
@@ -245,6 +246,11 @@ class ProfileSpec(WireModel):
     else DEFAULT_FRESHNESS (168h)."""
     retries: Retries = Field(default_factory=Retries)
     retention: Retention = Field(default_factory=Retention)
+    adopt_quarantine: AdoptQuarantine | None = None
+    """A health system's quarantine (cordon, taints) this profile certifies through and lifts
+    after a Pass (shared/quarantine.py; issue 43, item 1)."""
+    on_fail: OnFail | None = None
+    """What a Fail leaves for a remediator besides its Node condition (issue 43, item 3)."""
 
     @field_validator("checks")
     @classmethod

@@ -25,6 +25,7 @@ from shared.meta import (
     WireModel,
 )
 from shared.profile import Checks
+from shared.quarantine import Adopted, AdoptQuarantine, OnFail
 from shared.verdict import Verdict as Verdict  # noqa: PLC0414 - re-exported; stdlib-only home
 
 _IMMUTABLE = {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": "is immutable"}]}
@@ -70,6 +71,9 @@ class Participant(WireModel):
     """The Node's capacity at admission."""
     allocatable: ResourceMap = Field(default_factory=dict)
     """The Node's allocatable resources at admission."""
+    adopted: Adopted | None = None
+    """The quarantine the Run adopted on this Node (shared/quarantine.py): lifted only when the
+    Node is released after a Pass."""
 
 
 Participants = Annotated[
@@ -97,6 +101,10 @@ RUN_SPEC_RULES: list[JsonValue] = [
         "message": "release may only go from false to true",
         "fieldPath": ".release",
     },
+    # The quarantine a Run adopts is fixed at its creation: never added later (a transition rule
+    # on the field itself does not run when it was absent).
+    {"rule": "has(oldSelf.adoptQuarantine) == has(self.adoptQuarantine)", "message": "is immutable"},
+    {"rule": "has(oldSelf.onFail) == has(self.onFail)", "message": "is immutable"},
 ]
 
 
@@ -114,6 +122,10 @@ class RunSpec(WireModel):
     suite_deadline_seconds: Annotated[int, Field(ge=1, le=7 * 24 * 3600, json_schema_extra=_IMMUTABLE)]
     """Sum of check deadlines plus the profile's evidence reserve."""
     attempt: Annotated[int, Field(ge=1, le=10, json_schema_extra=_IMMUTABLE)] = 1
+    adopt_quarantine: Annotated[AdoptQuarantine | None, Field(json_schema_extra=_IMMUTABLE)] = None
+    """Immutable copy of the profile's ``adoptQuarantine`` at admission."""
+    on_fail: Annotated[OnFail | None, Field(json_schema_extra=_IMMUTABLE)] = None
+    """Immutable copy of the profile's ``onFail`` at admission."""
     cancel: bool = False
     """Ask Signal to stop the Run. May only go from false to true."""
     release: bool = False

@@ -19,7 +19,9 @@ from controller.reservations import NODE_WRITE_CONCURRENCY
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
+from tests import evidence_builders as eb
 from tests.controller_support import SCRIPTS, ControllerProcess, World, eventually, profile_body, reserved_by
+from tests.run_builders import run_body
 
 BATCH = 4
 EXERCISED: dict[str, int] = {}
@@ -355,3 +357,164 @@ async def test_a_bad_snapshot_of_a_half_admitted_run_is_replaced_never_adopted(
         s.controller.stop()
         await s.world.cleanup()
         await s.cluster.delete_namespace(s.namespace)
+
+
+# -- issue 43, items 1 and 3: the quarantine a Run adopts, its lifting, the Fail taint --------------
+
+QUARANTINE = {"key": "health.example.com/quarantine", "value": "xid-79", "effect": "NoSchedule"}
+FAIL_TAINT = {"key": "projectsignal.dev/failed", "effect": "NoSchedule"}
+
+
+class QuarantinedScenario(Scenario):
+    """The Scenario's Nodes quarantined by a health system (each tainted, the first also
+    cordoned), under a profile that adopts that quarantine."""
+
+    async def prepare(self) -> None:
+        await self.cluster.create_namespace(self.namespace)
+        await self.world.setup()
+        await self.world.add_nodes(self.names, requested_for=None, zones=("zone-a", "zone-b", "zone-c"))
+        for name in self.names:
+            spec: Obj = {"taints": [QUARANTINE]}
+            if name == self.names[0]:
+                spec["unschedulable"] = True
+            await self.admin.merge_patch(resource_path("v1", "nodes", name=name), {"spec": spec})
+        body = profile_body(self.profile, self.namespace, self.size)
+        body["spec"]["adoptQuarantine"] = {
+            "cordon": True,
+            "taints": [{"key": QUARANTINE["key"], "effect": "NoSchedule"}],
+        }
+        await self.world.add_profile(body)
+        await self.world.request(self.profile, self.names)  # requested once quarantined, as an operator would
+
+    async def quarantined(self) -> bool:
+        """Every Node carries the quarantine exactly as the health system left it."""
+        nodes = await self.world.nodes(self.names)
+        return all(
+            [t for t in n["spec"].get("taints") or [] if t["key"] != keys.RESERVED_TAINT_KEY] == [QUARANTINE]
+            and bool(n["spec"].get("unschedulable")) == (n["metadata"]["name"] == self.names[0])
+            for n in nodes
+        )
+
+    async def admitted_quarantined(self) -> bool:
+        return await self.converged_admitted() and await self.quarantined()
+
+    async def released_quarantined(self) -> bool:
+        """Released after a Fail: no reservation, no do-not-disrupt, the quarantine intact."""
+        runs, _, nodes, groups = await self.state()
+        released = len(runs) == 1 and any(
+            c["type"] == "Released" and c["status"] == "True" for c in runs[0]["status"].get("conditions", [])
+        )
+        unguarded = all(
+            k not in (n["metadata"].get("annotations") or {}) for n in nodes for k in keys.DO_NOT_DISRUPT_ANNOTATIONS
+        )
+        free_of_signal = all(reserved_by(n) is None for n in nodes) and unguarded and not groups
+        return released and free_of_signal and await self.quarantined()
+
+    async def released_lifted(self) -> bool:
+        """Released after a Pass: free, uncordoned, the adopted quarantine gone."""
+        nodes = await self.world.nodes(self.names)
+        return await self.converged_released() and not any(n["spec"].get("unschedulable") for n in nodes)
+
+
+async def mark_succeeded(s: Scenario) -> None:
+    (run,) = await s.world.runs()
+    path = resource_path(keys.API_VERSION, keys.RUN_PLURAL, s.namespace, run["metadata"]["name"])
+    await s.admin.merge_patch(f"{path}/status", {"status": {"phase": "Succeeded", "reason": "AllChecksPassed"}})
+
+
+@pytest.mark.parametrize("size", [1, 2])
+async def test_crash_at_every_write_admitting_a_quarantined_group(
+    cluster: LocalCluster, admin: KubeClient, tmp_path: Path, size: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 43, item 1: adoption. Killed at every write, the restarted controller converges to
+    the group reserved (with the do-not-disrupt annotations) and the quarantine untouched."""
+    await _exercise(
+        capsys,
+        f"adopting admission, group of {size}",
+        lambda: QuarantinedScenario(cluster, admin, tmp_path, size),
+        _nothing,
+        lambda s: s.admitted_quarantined,  # type: ignore[attr-defined]
+        "one Running Run holding the quarantined group, the quarantine in place",
+    )
+
+
+@pytest.mark.parametrize(("size", "ending"), [(1, "Succeeded"), (2, "Succeeded"), (2, "Failed")])
+async def test_crash_at_every_write_releasing_a_quarantined_group(
+    cluster: LocalCluster,
+    admin: KubeClient,
+    tmp_path: Path,
+    size: int,
+    ending: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 43, items 1 and 5: the release after a Pass lifts the adopted quarantine and the
+    do-not-disrupt annotations with the reservation; after a Fail it lifts the reservation and
+    the annotations only. Killed at every write, the restarted controller converges to exactly
+    that (the lifted taints are recorded in the Run's participants, never re-derived)."""
+
+    async def setup(s: Scenario) -> None:
+        await admit_cleanly(s)
+        await (mark_succeeded(s) if ending == "Succeeded" else mark_failed_and_released(s))
+
+    await _exercise(
+        capsys,
+        f"release after {ending}, quarantined group of {size}",
+        lambda: QuarantinedScenario(cluster, admin, tmp_path, size),
+        setup,
+        lambda s: s.released_lifted if ending == "Succeeded" else s.released_quarantined,  # type: ignore[attr-defined]
+        "a released group, its quarantine " + ("lifted" if ending == "Succeeded" else "in place"),
+    )
+
+
+class FailedScenario(Scenario):
+    """A Running Run (admitted earlier; its Workflow already gone) over one Node whose check
+    evidence says Fail, under a profile with an ``onFail`` taint: acceptance adds the taint and
+    the remediator's condition."""
+
+    async def prepare(self) -> None:
+        await self.cluster.create_namespace(self.namespace)
+        await self.world.setup()
+        await self.world.add_nodes(self.names, requested_for=None)
+        body = profile_body(self.profile, self.namespace, self.size)
+        body["spec"]["onFail"] = {"taint": FAIL_TAINT}
+        await self.world.add_profile(body)
+        run = run_body(self.namespace, await self.world.nodes(self.names), self.profile)
+        run["spec"]["onFail"] = {"taint": FAIL_TAINT}
+        name = run["metadata"]["name"]
+        runs = resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace)
+        await self.admin.create(runs, run)
+        status = {"phase": "Running", "startTime": eb.STAMP, "workflow": {"name": name, "uid": str(uuid.uuid4())}}
+        made = await self.admin.merge_patch(f"{runs}/{name}/status", {"status": status})
+        document = eb.check_evidence(made, verdicts={0: "Fail"})
+        cm = eb.config_map(keys.check_evidence_name(name, 0), document)
+        await self.admin.create(resource_path("v1", "configmaps", self.namespace), cm)
+
+    async def failed_and_tainted(self) -> bool:
+        runs, _, nodes, _ = await self.state()
+        if len(runs) != 1 or (runs[0].get("status") or {}).get("phase") != "Failed":
+            return False
+        kind = keys.failed_condition(self.profile)
+        return all(
+            [t for t in n["spec"].get("taints") or [] if t["key"] == FAIL_TAINT["key"]] == [FAIL_TAINT]
+            and any(
+                c["type"] == kind and c["status"] == "True" and c["reason"] == "CertificationFailed"
+                for c in n["status"].get("conditions") or []
+            )
+            for n in nodes
+        )
+
+
+async def test_crash_at_every_write_of_a_failed_acceptance(
+    cluster: LocalCluster, admin: KubeClient, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 43, item 3: killed at every write of the acceptance of a Fail, the restarted
+    controller converges to the Run Failed and the Node carrying the Fail taint once and the
+    condition failed.projectsignal.dev/<profile> True."""
+    await _exercise(
+        capsys,
+        "acceptance of a Fail",
+        lambda: FailedScenario(cluster, admin, tmp_path, 1),
+        _nothing,
+        lambda s: s.failed_and_tainted,  # type: ignore[attr-defined]
+        "a Failed Run, its Node tainted and its condition True",
+    )

@@ -139,14 +139,22 @@ def test_a_forged_pass_over_a_fail_record_is_rewritten_with_the_condition() -> N
     node["status"] = {"conditions": [{"type": KEY, "status": "True", "reason": "Pass", "message": "trust me"}]}
     record = entry("Fail")
     meta, status, differs = reassert_patches(PROFILE, record, node_copy(node), "9")
-    assert set(differs) == {f"label:{KEY}", f"label:{TRUSTED}", f"annotation:{KEY}", f"condition:{KEY}"}
+    failed = keys.failed_condition(PROFILE)
+    assert set(differs) == {
+        f"label:{KEY}",
+        f"label:{TRUSTED}",
+        f"annotation:{KEY}",
+        f"condition:{KEY}",
+        f"condition:{failed}",  # the remediator's condition (issue 43, item 3), missing here
+    }
     assert meta is not None
     assert meta["metadata"]["labels"] == {KEY: "Fail", TRUSTED: "Fail"}
     assert json.loads(meta["metadata"]["annotations"][KEY])["completionTime"] == "2026-11-30T01:00:00Z"
     assert "nodeUID" not in json.loads(meta["metadata"]["annotations"][KEY])
     assert status is not None
-    (condition,) = status["status"]["conditions"]
+    condition, failing = status["status"]["conditions"]
     assert (condition["type"], condition["status"], condition["reason"]) == (KEY, "False", "Fail")
+    assert (failing["type"], failing["status"], failing["reason"]) == (failed, "True", "CertificationFailed")
 
 
 def test_a_condition_without_a_record_is_deleted() -> None:

@@ -68,7 +68,10 @@ def test_run_spec_is_guarded_by_cel() -> None:
         "participants",
         "suiteDeadlineSeconds",
         "attempt",
+        "adoptQuarantine",
+        "onFail",
     }
+    assert "has(oldSelf.adoptQuarantine) == has(self.adoptQuarantine)" in rules
 
 
 def test_both_kinds_have_status_subresource_and_printer_columns() -> None:
