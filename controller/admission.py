@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 
 from controller import events
+from controller.busyio import nodes_ready
 from controller.ledger import Group, Ledger
 from controller.manifests import (
     GROUP_HASH_LABEL,
@@ -140,6 +141,8 @@ async def complete_admission(ctx: Context, run: RunView, source: Obj | None) -> 
     except AdmissionAborted as exc:
         await rollback(ctx, run, str(exc))
         raise
+    if not await nodes_ready(ctx, run):  # busyNodes: drain or wait for free (controller/busyio.py)
+        return run.raw
     return await submit_workflow(ctx, run)
 
 

@@ -131,6 +131,7 @@ def run_manifest(
             "participants": participants,
             "suiteDeadlineSeconds": suite_deadline_seconds(profile),
             "attempt": attempt,
+            **({"busyNodes": profile.spec.busy_nodes.to_wire()} if profile.spec.busy_nodes.policy != "none" else {}),
         },
     }
 

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from shared import keys
+from shared.busynodes import BusyNodes
 from shared.durations import DURATION_PATTERN
 from shared.limits import MAX_PARTICIPANTS, MAX_RANKS
 from shared.meta import (
@@ -338,6 +339,8 @@ class ProfileSpec(WireModel):
     else DEFAULT_FRESHNESS (168h)."""
     retries: Retries = Field(default_factory=Retries)
     retention: Retention = Field(default_factory=Retention)
+    busy_nodes: BusyNodes = Field(default_factory=BusyNodes)
+    """What happens to a requested Node still running other work (shared/busynodes.py)."""
 
     @field_validator("checks")
     @classmethod

@@ -68,6 +68,7 @@ def test_run_spec_is_guarded_by_cel() -> None:
         "participants",
         "suiteDeadlineSeconds",
         "attempt",
+        "busyNodes",
     }
 
 
