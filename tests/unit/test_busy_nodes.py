@@ -49,7 +49,9 @@ def pod(
 ) -> Obj:
     meta: Obj = {"name": name, "namespace": namespace, "uid": f"uid-{name}"}
     if owner:
-        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner, "name": "o", "uid": "o", "controller": True}]
+        meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": owner, "name": "o", "uid": "o", "controller": True}
+        ]
     if mirror:
         meta["annotations"] = {"kubernetes.io/config.mirror": "x"}
     if deleting:
