@@ -141,9 +141,10 @@ async def complete_admission(ctx: Context, run: RunView, source: Obj | None) -> 
     except AdmissionAborted as exc:
         await rollback(ctx, run, str(exc))
         raise
-    if not await nodes_ready(ctx, run):  # busyNodes: drain or wait for free (controller/busyio.py)
+    ready = await nodes_ready(ctx, run)  # busyNodes: drain or wait for free (controller/busyio.py)
+    if ready is None:
         return run.raw
-    return await submit_workflow(ctx, run)
+    return await submit_workflow(ctx, ready)
 
 
 async def _ensure_snapshot(ctx: Context, run: RunView, source: Obj | None) -> None:

@@ -29,7 +29,7 @@ from controller.busy import (
     wait_started,
     waiting,
 )
-from controller.runview import ParticipantRef, RunView
+from controller.runview import ParticipantRef, RunView, run_view
 from controller.state import Context, log
 from kubeio.client import Obj, resource_path
 from kubeio.errors import ApiError, Conflict, NotFound, TooManyRequests
@@ -89,10 +89,11 @@ def _idle(ctx: Context, run: RunView, listed: Sequence[list[Obj]]) -> list[str]:
     return problems
 
 
-async def nodes_ready(ctx: Context, run: RunView) -> bool:
-    """True: the Run's checks may start. False: it waits (status written) or has just ended."""
+async def nodes_ready(ctx: Context, run: RunView) -> RunView | None:
+    """The Run (as written, when this pass recorded ``NodesIdle=True``) once its checks may
+    start; None while it waits (status written) or when it has just ended."""
     if not waiting(run):
-        return True
+        return run
     policy = busy_policy(run.raw.get("spec") or {})
     listed = await asyncio.gather(*(_pods_on(ctx, p.node_name) for p in run.participants))
     if policy.policy == "drain":
@@ -110,12 +111,14 @@ async def nodes_ready(ctx: Context, run: RunView) -> bool:
             generation=run.generation,
             now=now,
         )
-        await ctx.patch_run_status(run.raw, {"conditions": conditions})
+        written = await ctx.patch_run_status(run.raw, {"conditions": conditions})
         log.info("busy nodes ready", run=run.name, policy=policy.policy)
-        return True
+        # Go on from the Run as written: the submission rewrites status.conditions, which from
+        # the view read before would drop NodesIdle=True again.
+        return run_view(written)
     if timed_out(wait_started(run.conditions), now, policy.timeout_seconds):
         await _end(ctx, run, policy, problems)
-        return False
+        return None
     message = _waiting_message(policy, problems)
     conditions = set_condition(
         run.conditions,
@@ -130,7 +133,7 @@ async def nodes_ready(ctx: Context, run: RunView) -> bool:
         status = {"phase": Phase.ADMITTED.value, "reason": WAITING[policy.policy], "message": message[:4000]}
         await ctx.patch_run_status(run.raw, status | {"conditions": conditions})
         log.info("run waits for busy nodes", run=run.name, policy=policy.policy, problems=problems[:5])
-    return False
+    return None
 
 
 def _waiting_message(policy: BusyPolicy, problems: list[str]) -> str:

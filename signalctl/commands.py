@@ -23,7 +23,7 @@ from shared import certified, keys
 from shared.durations import DurationError, parse_duration
 from shared.evidence import EvidenceError, decode_document
 from shared.runevidence import RUN_EVIDENCE_SCHEMAS
-from signalctl import actions, describe, nodeview, tables, verify
+from signalctl import actions, describe, nodeview, tables, uninstall, verify
 from signalctl.kubectx import (
     DEFAULT_NAMESPACE,
     CommandError,
@@ -257,6 +257,7 @@ def build_parser(prog: str = "signalctl") -> argparse.ArgumentParser:
     )
     release.add_argument("name", metavar="RUN")
     release.set_defaults(handler=actions.cmd_release)
+    uninstall.register(commands, common)
     return parser
 
 

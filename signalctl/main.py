@@ -18,6 +18,7 @@ commands:
   request PROFILE NODE... [--force]  request certification of Nodes (label .../signal.certify)
   cancel RUN                         cancel a Run (spec.cancel)
   release RUN                        release a finished Run's Nodes (spec.release)
+  uninstall --clean-nodes [--release-held] [--dry-run]   remove every key Signal wrote on Nodes
   demo                               start the local control plane with a simulated GPU fleet (Ctrl-C stops it)
 
 options of the operator commands:
