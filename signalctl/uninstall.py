@@ -30,6 +30,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--release-held", action="store_true", help="also remove the reservations of Nodes a Run still holds"
     )
     parser.add_argument("--dry-run", action="store_true", help="write nothing; print what would be removed")
+    parser.add_argument("-l", "--selector", default="", help="only Nodes with these labels (default: every Node)")
     parser.set_defaults(handler=cmd_uninstall)
 
 
@@ -42,11 +43,13 @@ async def _controller_running(kube: Kube, namespace: str) -> bool:
     return int((deployment.get("spec") or {}).get("replicas", 1) or 0) > 0
 
 
-async def _nodes(kube: Kube) -> list[Obj]:
+async def _nodes(kube: Kube, selector: str) -> list[Obj]:
     items: list[Obj] = []
     token = ""
     while True:
         query = {"limit": "500", **({"continue": token} if token else {})}
+        if selector:
+            query["labelSelector"] = selector
         try:
             page = await kube.get(resource_path("v1", "nodes"), **query)
         except ApiError as exc:
@@ -90,7 +93,7 @@ async def cmd_uninstall(kube: Kube, args: argparse.Namespace) -> int:
             f"Deployment {args.namespace}/signal-controller is still running and would write its keys again: "
             "delete Signal first (kubectl delete -k deploy/), then run signalctl uninstall --clean-nodes"
         )
-    nodes = sorted(await _nodes(kube), key=lambda n: str(n["metadata"]["name"]))
+    nodes = sorted(await _nodes(kube, args.selector), key=lambda n: str(n["metadata"]["name"]))
     cleaned = held = failed = 0
     for index, node in enumerate(nodes, start=1):
         try:

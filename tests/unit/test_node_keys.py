@@ -59,9 +59,10 @@ def _constants() -> dict[str, str]:
     modules += [importlib.import_module(f"controller.{m.name}") for m in pkgutil.iter_modules(controller.__path__)]
     for module in modules:
         for name, value in vars(module).items():
-            if name.isupper() and isinstance(value, str) and "/" in value and KEYISH.match(value.rstrip("/")):
-                if value.startswith(("projectsignal.dev", "certified.", "node-restriction.")) or module is keys:
-                    found[f"{module.__name__}.{name}"] = value
+            if not (name.isupper() and isinstance(value, str) and "/" in value and KEYISH.match(value.rstrip("/"))):
+                continue
+            if value.startswith(("projectsignal.dev", "certified.", "node-restriction.")) or module is keys:
+                found[f"{module.__name__}.{name}"] = value
     return found
 
 
@@ -81,7 +82,14 @@ def test_every_key_constant_is_classified() -> None:
 
 def node(**meta: Any) -> Obj:
     return {
-        "metadata": {"name": "gpu-1", "uid": "node-uid", "resourceVersion": "7", "labels": {}, "annotations": {}, **meta},
+        "metadata": {
+            "name": "gpu-1",
+            "uid": "node-uid",
+            "resourceVersion": "7",
+            "labels": {},
+            "annotations": {},
+            **meta,
+        },
         "spec": {},
         "status": {"conditions": []},
     }
@@ -109,7 +117,9 @@ def written(patches: list[Obj | None]) -> set[tuple[str, str]]:
         out |= {("label", k) for k, v in (meta.get("labels") or {}).items() if v is not None}
         out |= {("annotation", k) for k, v in (meta.get("annotations") or {}).items() if v is not None}
         out |= {("taint", t["key"]) for t in (patch.get("spec") or {}).get("taints") or []}
-        out |= {("condition", c["type"]) for c in (patch.get("status") or {}).get("conditions") or [] if "$patch" not in c}
+        out |= {
+            ("condition", c["type"]) for c in (patch.get("status") or {}).get("conditions") or [] if "$patch" not in c
+        }
     return out
 
 
@@ -199,7 +209,10 @@ def test_with_release_held_nothing_of_signals_is_left_and_nothing_of_the_operato
     after = apply(full_node(), plan)
     assert signals(after) == {("annotation", keys.AUTOSCALER_SCALE_DOWN_DISABLED)}  # the operator's, kept
     assert after["metadata"]["labels"] == {"team.example.com/pool": "a"}
-    assert after["metadata"]["annotations"] == {keys.AUTOSCALER_SCALE_DOWN_DISABLED: "true", "team.example.com/note": "x"}
+    assert after["metadata"]["annotations"] == {
+        keys.AUTOSCALER_SCALE_DOWN_DISABLED: "true",
+        "team.example.com/note": "x",
+    }
     assert after["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
     assert after["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
     assert plan_node(after, release_held=True).remove == []  # again: nothing to do
