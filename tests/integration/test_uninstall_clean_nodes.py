@@ -155,7 +155,8 @@ async def test_uninstall_clean_nodes_leaves_no_key_of_signals_and_nothing_else_c
         rc, out, err = await signalctl(kubeconfig, "uninstall", "--clean-nodes", "--dry-run", "-l", mark)
         assert rc == 0, (rc, out, err)
         assert f"Node {projected}: would remove" in out, out
-        assert "2 of 2 Nodes would be cleaned" in out, out
+        assert "1 of 2 Nodes would be cleaned; 1 held by a Run kept their reservation" in out, out
+        assert f"Node {held}: nothing of Signal's; kept (held by Run uid" in out, out
         after = {n["metadata"]["name"]: n for n in await world.nodes([held, projected])}
         assert {k: signals_keys(v) for k, v in after.items()} == {k: signals_keys(v) for k, v in before.items()}
 
