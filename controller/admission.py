@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 
 from controller import events
+from controller.busyio import nodes_ready
 from controller.ledger import Group, Ledger
 from controller.manifests import (
     GROUP_HASH_LABEL,
@@ -140,7 +141,10 @@ async def complete_admission(ctx: Context, run: RunView, source: Obj | None) -> 
     except AdmissionAborted as exc:
         await rollback(ctx, run, str(exc))
         raise
-    return await submit_workflow(ctx, run)
+    ready = await nodes_ready(ctx, run)  # busyNodes: drain or wait for free (controller/busyio.py)
+    if ready is None:
+        return run.raw
+    return await submit_workflow(ctx, ready)
 
 
 async def _ensure_snapshot(ctx: Context, run: RunView, source: Obj | None) -> None:

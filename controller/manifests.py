@@ -140,6 +140,7 @@ def run_manifest(
             "suiteDeadlineSeconds": suite_deadline_seconds(profile),
             "attempt": attempt,
             **rules,
+            **({"busyNodes": profile.spec.busy_nodes.to_wire()} if profile.spec.busy_nodes.policy != "none" else {}),
         },
     }
 

@@ -4,6 +4,8 @@ last write to it. Pure: takes ``now``; used by the loop (controller/loop.py)."""
 
 from datetime import datetime
 
+from controller.busy import POLL_SECONDS as BUSY_POLL
+from controller.busy import waiting as busy_waiting
 from controller.nextaction import deadline
 from controller.runview import RunView
 from controller.workqueue import Done, RequeueAfter, Result
@@ -23,6 +25,8 @@ def run_requeue(run: RunView, now: datetime) -> Result:
         return Done()
     if run.cancel:
         return RequeueAfter(CANCEL_POLL)
+    if busy_waiting(run):  # drain or wait for free: Pods are not watched (controller/busyio.py)
+        return RequeueAfter(BUSY_POLL)
     passes = deadline(run) if run.phase == Phase.RUNNING else None
     if passes is not None:
         return RequeueAfter(max(0.5, (passes - now).total_seconds() + 0.5))

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from shared import keys
+from shared.busynodes import BusyNodes
 from shared.durations import DURATION_PATTERN
 from shared.limits import MAX_PARTICIPANTS, MAX_RANKS
 from shared.meta import (
@@ -251,6 +252,9 @@ class ProfileSpec(WireModel):
     after a Pass (shared/quarantine.py; issue 43, item 1)."""
     on_fail: OnFail | None = None
     """What a Fail leaves for a remediator besides its Node condition (issue 43, item 3)."""
+
+    busy_nodes: BusyNodes = Field(default_factory=BusyNodes)
+    """What happens to a requested Node still running other work (shared/busynodes.py)."""
 
     @field_validator("checks")
     @classmethod

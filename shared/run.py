@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, JsonValue
 
 from shared import keys
+from shared.busynodes import BusyNodes
 from shared.limits import MAX_PARTICIPANTS
 from shared.meta import (
     Conditions,
@@ -130,6 +131,8 @@ class RunSpec(WireModel):
     """Ask Signal to stop the Run. May only go from false to true."""
     release: bool = False
     """Release the group of a terminal Run. May only go from false to true."""
+    busy_nodes: Annotated[BusyNodes | None, Field(json_schema_extra=_IMMUTABLE)] = None
+    """The profile's ``busyNodes`` at admission, when its policy is not ``none``."""
 
 
 class WorkflowRef(WireModel):

@@ -21,7 +21,19 @@ from shared import certified, keys
 from shared.durations import DurationError, parse_duration
 from shared.evidence import EvidenceError, decode_document
 from shared.runevidence import RUN_EVIDENCE_SCHEMAS
-from signalctl import actions, completion, describe, fleet, getcmds, kubeconfigs, nodeview, output, source, verify
+from signalctl import (
+    actions,
+    completion,
+    describe,
+    fleet,
+    getcmds,
+    kubeconfigs,
+    nodeview,
+    output,
+    source,
+    uninstall,
+    verify,
+)
 from signalctl import version as versioncmd
 from signalctl.kubectx import (
     DEFAULT_NAMESPACE,
@@ -266,8 +278,8 @@ def build_parser(prog: str = "signalctl") -> argparse.ArgumentParser:
     release.set_defaults(handler=actions.cmd_release)
     # Each further command registers itself: adding one is an edit to its module and one line here.
     getcmds.register(get, common)
-    source.register(commands, common)
-    versioncmd.register(commands, common)
+    for module in (source, versioncmd, uninstall):
+        module.register(commands, common)
     completion.register(commands, lambda: build_parser(prog))
     return parser
 

@@ -24,6 +24,8 @@ commands:
   source push DIR --profile P        make DIR the profile's immutable source (ConfigMap, digest, profile)
   version [--client]                 the client's and the controller's versions
   completion bash|zsh|fish           print a shell completion script
+
+  uninstall --clean-nodes [--release-held] [--dry-run]   remove every key Signal wrote on Nodes
   demo                               start the local control plane with a simulated GPU fleet (Ctrl-C stops it)
 
 options of the operator commands:

@@ -76,6 +76,10 @@ NEEDED: dict[str, list[Request]] = {
         *reqs("get list watch create patch delete", "argoproj.io", "workflows", "ns"),
         *reqs("get", "argoproj.io", "workflowtemplates", "ns"),  # its digest, before each submission
         *reqs("get list watch", "", "pods", "ns"),  # are backend workloads gone?
+        # Busy Nodes: the Pods bound to a Node under admission, in any namespace; evictions for
+        # busyNodes.policy drain (the Eviction API: PodDisruptionBudgets decide).
+        *reqs("list", "", "pods", "other"),
+        *reqs("create", "", "pods/eviction", "other"),
         *reqs("get list watch", "kubeflow.org", "mpijobs", "ns"),
         *reqs("get create update", "coordination.k8s.io", "leases", "ns"),  # leader election
         *reqs("create", "", "events", "ns"),
@@ -112,7 +116,6 @@ HIGH_RISK: list[Request] = [
     *reqs("create", "", "pods/exec", "ns"),
     *reqs("create", "", "pods/attach", "ns"),
     *reqs("create", "", "pods/portforward", "ns"),
-    *reqs("create", "", "pods/eviction", "ns"),
     *reqs("create", "", "serviceaccounts/token", "ns"),
     *reqs("create", "", "serviceaccounts/token", "other"),
     *reqs("escalate bind update", RBAC, "roles", "ns"),
@@ -146,6 +149,8 @@ DENIED: dict[str, list[Request]] = {
         *reqs("delete", "", "pods", "ns"),
         *reqs("create", "kubeflow.org", "mpijobs", "ns"),
         *reqs("delete", "kubeflow.org", "mpijobs", "ns"),
+        # Busy Nodes: list and evict only; never read one Pod, change or delete it elsewhere.
+        *reqs("get watch delete update patch", "", "pods", "other"),
         *reqs("create", "batch", "jobs", "ns"),
         *reqs("list", "", "configmaps", "cluster"),  # sources: get by name only
         *reqs("create", "", "configmaps", "other"),
@@ -172,6 +177,8 @@ DENIED: dict[str, list[Request]] = {
         *reqs("create", "kubeflow.org", "mpijobs", "other"),
         *reqs("get", "", "configmaps", "other"),
         *reqs("create update", "coordination.k8s.io", "leases", "ns"),
+        *reqs("create", "", "pods/eviction", "ns"),
+        *reqs("list", "", "pods", "cluster"),
     ],
     "signal-portal": [
         *HIGH_RISK,
@@ -193,6 +200,8 @@ DENIED: dict[str, list[Request]] = {
         *reqs("list", SIGNAL, "certificationruns", "cluster"),
         *reqs("list", "", "configmaps", "cluster"),
         *reqs("list", "", "events", "cluster"),
+        *reqs("create", "", "pods/eviction", "ns"),
+        *reqs("list", "", "pods", "cluster"),
     ],
 }
 

@@ -70,6 +70,7 @@ def test_run_spec_is_guarded_by_cel() -> None:
         "attempt",
         "adoptQuarantine",
         "onFail",
+        "busyNodes",
     }
     assert "has(oldSelf.adoptQuarantine) == has(self.adoptQuarantine)" in rules
 
