@@ -12,10 +12,11 @@ found again by its labels and owner, never by its name.
 
 from typing import Any
 
-from adapter import backend, collect, workloads
+from adapter import artifacts, backend, collect, workloads
 from adapter.inputs import Inputs, Refusal
 from kubeio.client import Kube, resource_path
 from shared import keys, ownership
+from shared.artifacts import StoreConfig
 from shared.evidence import ParticipantResult, Workload
 
 Obj = dict[str, Any]
@@ -49,9 +50,10 @@ async def run(
     grace_seconds: float,
     script: str | None,
     observe_only: bool = False,
+    store: StoreConfig | None = None,
 ) -> tuple[list[ParticipantResult], list[Workload]]:
     """Results per participant and every Pod found; ``observe_only``: create nothing and wait
-    for nothing (an interrupted check)."""
+    for nothing (an interrupted check); ``store``: the artifact store (adapter/artifacts.py)."""
     path = resource_path("v1", "pods", inputs.run_namespace)
     selector = workloads.check_selector(inputs)
     expected = {str(p.index) for p in inputs.participants}
@@ -60,7 +62,7 @@ async def run(
         existing, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
         have = {_index(p) for p in existing if created(p, inputs) and backend.runs_runner(p, image)}
         bodies = [
-            workloads.backend_pod(inputs, p.index, p.node_name, image)
+            artifacts.with_uploads(workloads.backend_pod(inputs, p.index, p.node_name, image), store, inputs, p.index)
             for p in sorted(inputs.participants, key=lambda p: p.index)
             if str(p.index) not in have
         ]
@@ -76,4 +78,13 @@ async def run(
     # Pod with the same labels is ignored.
     pods = [p for p in pods if backend.runs_runner(p, image) and created(p, inputs)]
     owners = ownership.run_chain_of(inputs.run_name, inputs.run_uid)
-    return collect.collect_pods(inputs.participants, pods, script=script), collect.pod_workloads(pods, owners)
+    results = collect.collect_pods(inputs.participants, pods, script=script)
+    if store is not None:
+        by_uid = {p["metadata"].get("uid"): p for p in pods}
+        results = [
+            artifacts.record(store, inputs, r, collect.pod_result(by_uid[r.workload_uid])[0])
+            if r.workload_uid in by_uid
+            else r
+            for r in results
+        ]
+    return results, collect.pod_workloads(pods, owners)
