@@ -3,12 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint deps kplane argo coredns crds images mpi-operator bench
+.PHONY: demo test lint deps kplane argo coredns seaweedfs crds images mpi-operator bench
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
 
-test: deps kplane argo coredns lint
+test: deps kplane argo coredns seaweedfs lint
 	$(BIN)/python -m pytest
 
 lint: deps
@@ -42,6 +42,10 @@ kplane:
 # CoreDNS with the kubernetes plugin, for the local cluster's real nodes.
 coredns:
 	localcluster/coredns/build.sh >/dev/null
+
+# SeaweedFS (weed: a real S3 API for the artifact store's tests): local test infrastructure only.
+seaweedfs:
+	localcluster/seaweedfs/build.sh >/dev/null
 
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
 argo:
