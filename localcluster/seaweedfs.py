@@ -48,9 +48,8 @@ def _credential(name: str) -> dict[str, str]:
     return {"accessKey": f"{name}-{secrets.token_hex(6)}", "secretKey": secrets.token_hex(20)}
 
 
-def identities(bucket: str, prefix: str) -> dict[str, dict[str, str]]:
+def identities() -> dict[str, dict[str, str]]:
     """Fresh credentials of the three identities (see the module docstring)."""
-    del bucket, prefix
     return {name: _credential(name) for name in ("admin", "signer", "reader")}
 
 
@@ -120,7 +119,7 @@ class SeaweedFS:
         build = self.build_dir if self.build_dir is not None else await asyncio.to_thread(seaweedfs_build_dir)
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        self.credentials = identities(self.bucket, self.prefix)
+        self.credentials = identities()
         config = self.workdir / "s3.json"
         config.write_text(json.dumps(s3_config(self.credentials, self.bucket, self.prefix)))
         config.chmod(0o600)
