@@ -6,12 +6,12 @@ BIN := $(VENV)/bin
 # Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
 # minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
 # images, crash at every write, chaos, demos). `make test` runs every lane (CI's command).
-.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns crds images mpi-operator bench
+.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs crds images mpi-operator bench
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
 
-test: deps kplane argo coredns lint
+test: deps kplane argo coredns seaweedfs lint
 	$(BIN)/python -m pytest
 
 test-fast: deps lint
@@ -54,6 +54,10 @@ kplane:
 # CoreDNS with the kubernetes plugin, for the local cluster's real nodes.
 coredns:
 	localcluster/coredns/build.sh >/dev/null
+
+# SeaweedFS (weed: a real S3 API for the artifact store's tests): local test infrastructure only.
+seaweedfs:
+	localcluster/seaweedfs/build.sh >/dev/null
 
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
 argo:

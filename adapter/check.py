@@ -34,6 +34,7 @@ from kubeio.client import Kube, resource_path
 from kubeio.discovery import list_if_served
 from kubeio.errors import AlreadyExists, ApiError, NotFound
 from shared import keys, ownership, snapshot
+from shared.artifacts import StoreConfig
 from shared.evidence import (
     CHECK_EVIDENCE_SCHEMA,
     RESULTS_SCHEMA,
@@ -66,6 +67,8 @@ class Settings:
     trusted_nodes: Mapping[str, str] = field(default_factory=dict)
     """The trusted Nodes' ``node-restriction.kubernetes.io/`` labels: where a ``crossNode``
     launcher may run (adapter/placement.py); empty: any Node not under test."""
+    artifact_store: StoreConfig | None = None
+    """Where backend Pods store full logs (adapter/artifacts.py); None: nothing is stored."""
 
 
 class Interrupted(RuntimeError):
@@ -136,6 +139,7 @@ async def _run_backend(
             grace_seconds=settings.start_grace_seconds,
             script=script,
             observe_only=observe_only,
+            store=settings.artifact_store,
         )
         return participants, found, None
     bound = 0.0 if observe_only else workloads.deadline_seconds(inputs.check) + settings.start_grace_seconds

@@ -36,6 +36,7 @@ from kubeio.admission import PolicyNotInForce
 from kubeio.client import Kube
 from kubeio.errors import ApiError
 from kubeio.logs import add_log_level_flag, configure_logging
+from shared.artifacts import STORE_ENV, STORE_MOUNT, STORE_SECRET, StoreConfig, StoreError, load_store
 from shared.policies import EXIT_POLICY_NOT_IN_FORCE
 
 log = structlog.get_logger("signal-adapter")
@@ -136,6 +137,15 @@ async def sweep(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _artifact_store() -> StoreConfig | None:
+    """The artifact store from ``$SIGNAL_ARTIFACT_STORE`` or the optional Secret's mount; None:
+    not configured. A malformed configuration is refused (no check runs half-configured)."""
+    try:
+        return load_store(os.environ.get(STORE_ENV) or STORE_MOUNT)
+    except StoreError as exc:
+        raise Refusal(f"{exc}; fix the Secret {STORE_SECRET} or delete it") from exc
+
+
 async def adapt(args: argparse.Namespace) -> int:
     try:
         trusted = parse_trusted_selector(args.trusted_node_selector)
@@ -147,6 +157,7 @@ async def adapt(args: argparse.Namespace) -> int:
         start_grace_seconds=args.start_grace_seconds,
         quiesce_seconds=args.quiesce_seconds,
         trusted_nodes=trusted,
+        artifact_store=_artifact_store(),
     )
     if args.sweep_checks_json is not None:
         return await sweep(args, settings)

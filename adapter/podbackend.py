@@ -12,11 +12,12 @@ found again by its labels and owner, never by its name.
 
 from typing import Any
 
-from adapter import backend, collect, workloads
+from adapter import artifacts, backend, collect, workloads
 from adapter.inputs import Inputs, Refusal
 from kubeio.client import Kube, resource_path
 from kubeio.errors import Forbidden, Invalid
 from shared import keys, ownership
+from shared.artifacts import StoreConfig
 from shared.evidence import ParticipantResult, Workload
 
 Obj = dict[str, Any]
@@ -50,9 +51,10 @@ async def run(
     grace_seconds: float,
     script: str | None,
     observe_only: bool = False,
+    store: StoreConfig | None = None,
 ) -> tuple[list[ParticipantResult], list[Workload]]:
     """Results per participant and every Pod found; ``observe_only``: create nothing and wait
-    for nothing (an interrupted check)."""
+    for nothing (an interrupted check); ``store``: the artifact store (adapter/artifacts.py)."""
     path = resource_path("v1", "pods", inputs.run_namespace)
     refused: dict[str, str] = {}  # participant index -> why the API server refused its Pod
     runs = workloads.container_image(inputs.check, image)  # the runner container's image
@@ -63,7 +65,7 @@ async def run(
         existing, _ = await backend.list_pods(kube, inputs.run_namespace, selector)
         have = {_index(p) for p in existing if created(p, inputs) and backend.runs_runner(p, runs)}
         bodies = [
-            workloads.backend_pod(inputs, p.index, p.node_name, image)
+            artifacts.with_uploads(workloads.backend_pod(inputs, p.index, p.node_name, image), store, inputs, p.index)
             for p in sorted(inputs.participants, key=lambda p: p.index)
             if str(p.index) not in have
         ]
@@ -81,6 +83,14 @@ async def run(
     owners = ownership.run_chain_of(inputs.run_name, inputs.run_uid)
     results = collect.collect_pods(inputs.participants, pods, script=script)
     results = [collect.not_admitted(r, refused[str(r.index)]) if str(r.index) in refused else r for r in results]
+    if store is not None:
+        by_uid = {p["metadata"].get("uid"): p for p in pods}
+        results = [
+            artifacts.record(store, inputs, r, collect.pod_result(by_uid[r.workload_uid])[0])
+            if r.workload_uid in by_uid
+            else r
+            for r in results
+        ]
     return results, collect.pod_workloads(pods, owners)
 
 

@@ -77,7 +77,17 @@ from pathlib import Path
 from typing import Any, Final
 
 import yaml
-from hera.workflows import Container, EmptyDirVolume, Env, Parameter, Resources, Step, Steps, WorkflowTemplate
+from hera.workflows import (
+    Container,
+    EmptyDirVolume,
+    Env,
+    Parameter,
+    Resources,
+    SecretVolume,
+    Step,
+    Steps,
+    WorkflowTemplate,
+)
 from hera.workflows.models import (
     Affinity,
     Capabilities,
@@ -95,6 +105,7 @@ from hera.workflows.models import (
 from adapter.placement import NOT_UNDER_TEST, TRUSTED_SELECTOR_ENV
 from adapter.step import OUTPUT_DEFAULTS, OUTPUT_DIR, RUNNER_IMAGE_ENV
 from shared import keys
+from shared.artifacts import STORE_MOUNT, STORE_SECRET
 from shared.digests import template_digest
 
 DEFAULT_IMAGE: Final = "projectsignal.dev/adapter:0.1.0"
@@ -232,7 +243,12 @@ def build_workflow_template(
                 for name, default in OUTPUT_DEFAULTS.items()
             ],
             security_context=_security_context(),
-            volumes=[EmptyDirVolume(name="tmp", mount_path="/tmp")],
+            volumes=[
+                EmptyDirVolume(name="tmp", mount_path="/tmp"),
+                # The optional artifact store's signing credential (adapter/artifacts.py): the
+                # adapter's alone; absent Secret, no store.
+                SecretVolume(name="artifact-store", secret_name=STORE_SECRET, mount_path=STORE_MOUNT, optional=True),
+            ],
             resources=Resources(cpu_request="100m", memory_request="128Mi", memory_limit="512Mi"),
         )
         with Steps(name="suite", inputs=[Parameter(name="index", default="0")]):

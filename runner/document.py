@@ -51,6 +51,15 @@ class Stream(NamedTuple):
     tail: str = ""
 
 
+class Artifact(NamedTuple):
+    """One artifact the runner stored (``ArtifactReport`` on the wire): its name (``stdout``,
+    ``stderr``, ``out/<file>``), the sha256 and size of exactly the bytes it sent."""
+
+    name: str
+    digest: str
+    bytes: int
+
+
 class Launcher(NamedTuple):
     """What the MPI launcher proves about its ranks (``LauncherReport`` on the wire): short
     host names in hostfile order as a common prefix and suffixes, one row per rank."""
@@ -95,6 +104,8 @@ class Result(NamedTuple):
     launcher: Launcher | None = None
     script_digest: str | None = None
     """``sha256:<hex>`` of the script the runner executed (``runner.execute.script_digest``)."""
+    artifacts: tuple[Artifact, ...] | None = None
+    """What it stored in the artifact store (runner/artifacts.py); None without a store."""
 
 
 def camel(name: str) -> str:
@@ -105,7 +116,7 @@ def camel(name: str) -> str:
 
 def wire(value: Any) -> Any:
     """JSON-ready data of a result or any part of it: camelCase keys, None fields left out."""
-    if isinstance(value, Identity | Stream | Launcher | Result):
+    if isinstance(value, Identity | Stream | Launcher | Result | Artifact):
         return {camel(name): wire(item) for name, item in value._asdict().items() if item is not None}
     if isinstance(value, datetime):
         return utc_text(value)

@@ -36,10 +36,11 @@ from runner.execute import (
     script_digest,
 )
 from runner.report import build_result, error_result, fit, read_measurements
+from shared.artifact_wire import OUTPUT_DIR_ENV, UPLOAD_ENV_PREFIX
 from shared.limits import MAX_PARTICIPANTS
 from shared.limits import PARAMETER_ENV_PREFIX as PARAMETER_PREFIX
-from shared.result_wire import MAX_NAME_CHARS, MAX_UID_CHARS, ResultError, is_unicode
-from shared.verdict_names import PASS
+from shared.result_wire import MAX_NAME_CHARS, MAX_REASON_CHARS, MAX_UID_CHARS, ResultError, is_unicode
+from shared.verdict_names import INCONCLUSIVE, PASS
 
 TYPE_CHECKING = False  # mypy takes the name as true; the runner's start imports no typing
 if TYPE_CHECKING:
@@ -106,14 +107,17 @@ def cmd_run(args: SimpleNamespace) -> int:
         os.unlink(measurements)
     except FileNotFoundError:
         pass
-    env = _script_env(
-        workdir,
-        {
-            "SIGNAL_PARTICIPANT_INDEX": str(identity.participant_index),
-            "SIGNAL_MEASUREMENTS_FILE": measurements,
-            "SIGNAL_WORKDIR": workdir,
-        },
-    )
+    extra = {
+        "SIGNAL_PARTICIPANT_INDEX": str(identity.participant_index),
+        "SIGNAL_MEASUREMENTS_FILE": measurements,
+        "SIGNAL_WORKDIR": workdir,
+    }
+    store = any(k.startswith(UPLOAD_ENV_PREFIX) for k in os.environ)
+    output_dir = os.path.join(workdir, "out")
+    if store:  # a store is configured: the script may leave files to keep
+        os.makedirs(output_dir, exist_ok=True)
+        extra[OUTPUT_DIR_ENV] = output_dir
+    env = _script_env(workdir, extra)
     started = time.time()
     try:
         digest = script_digest(args.script)
@@ -126,7 +130,27 @@ def cmd_run(args: SimpleNamespace) -> int:
         result = result._replace(script_digest=digest)
     except Exception as exc:  # a result is written whatever happened (it also replaces the script's own)
         result = error_result(identity, f"cannot build the result: {type(exc).__name__}: {exc}", started, time.time())
+    if store:
+        result = _store_artifacts(result, stdout, stderr, output_dir)
     return _write(result, args.termination_log)
+
+
+def _store_artifacts(result: Result, stdout: str, stderr: str, output_dir: str) -> Result:
+    """``result`` with the artifacts it stored, or Inconclusive saying why they could not be:
+    a verdict whose full logs the evidence promises but the store lacks proves nothing."""
+    from runner import artifacts  # noqa: PLC0415 - only with a store: a check without one starts without it
+
+    try:
+        stored = artifacts.upload(artifacts.upload_urls(os.environ), stdout, stderr, output_dir)
+    except artifacts.UploadError as exc:
+        return result._replace(verdict=INCONCLUSIVE, reason=f"ArtifactUploadFailed: {exc}"[:MAX_REASON_CHARS])
+    streams = {a.name: a.digest for a in stored}
+    if (result.stdout and streams.get("stdout") != result.stdout.digest) or (
+        result.stderr and streams.get("stderr") != result.stderr.digest
+    ):
+        reason = "ArtifactUploadFailed: the output changed between its summary and its upload"
+        return result._replace(verdict=INCONCLUSIVE, reason=reason, artifacts=stored)
+    return result._replace(artifacts=stored)
 
 
 def cmd_launcher(args: SimpleNamespace) -> int:

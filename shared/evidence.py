@@ -28,6 +28,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import Field
 
 from shared import keys
+from shared.artifacts import StoredArtifacts
 from shared.digests import canonical_json, sha256_digest
 from shared.meta import Digest, StrictModel
 from shared.result import Measurements, Output, RunnerResult
@@ -118,6 +119,9 @@ class ParticipantResult(StrictModel):
     stderr: Output | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    artifacts: StoredArtifacts | None = None
+    """Each artifact the participant's runner stored (complete stdout, stderr, output files),
+    with the key the adapter signed its upload for, its sha256 and size; None without a store."""
 
 
 class CheckResults(StrictModel):

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
+from shared.artifacts import ArtifactReports
 from shared.digests import canonical_json
 from shared.limits import MAX_PARTICIPANTS, MAX_RANKS
 from shared.meta import Digest, StrictModel
@@ -142,6 +143,8 @@ class RunnerResult(StrictModel):
     script_digest: Digest | None = None
     """sha256 of the script the runner executed (a Pod check's runner, an MPI launcher); the
     adapter and acceptance compare it with the Run's snapshot (shared/snapshot.py)."""
+    artifacts: ArtifactReports | None = None
+    """What the runner stored in the artifact store (shared/artifact_wire.py); None without one."""
 
     @field_validator("measurements")
     @classmethod

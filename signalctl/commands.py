@@ -23,11 +23,13 @@ from shared.evidence import EvidenceError, decode_document
 from shared.runevidence import RUN_EVIDENCE_SCHEMAS
 from signalctl import (
     actions,
+    artifacts,
     completion,
     describe,
     fleet,
     getcmds,
     kubeconfigs,
+    logs,
     nodeview,
     output,
     source,
@@ -195,6 +197,7 @@ async def cmd_verify(kube: Kube, args: argparse.Namespace) -> int:
     check_cms = {i: await _config_map(kube, args.namespace, verify.check_config_map_name(args.name, i)) for i in count}
     results = {i: await _config_map(kube, args.namespace, verify.results_config_map_name(args.name, i)) for i in count}
     findings = verify.verify(run, run_cm, check_cms, results)
+    findings += artifacts.verify_artifacts(check_cms, artifacts.configured_store())
     print("\n".join(verify.render(findings)))
     code = verify.exit_code(findings)
     verdict = {0: "verified", 1: "DOES NOT VERIFY", 2: "INCOMPLETE: something needed is missing"}[code]
@@ -254,6 +257,7 @@ def build_parser(prog: str = "signalctl") -> argparse.ArgumentParser:
     )
     check.add_argument("name", metavar="RUN")
     check.set_defaults(handler=cmd_verify)
+    logs.add_parser(commands, common)
     waiting = argparse.ArgumentParser(add_help=False)
     waiting.add_argument("--wait", action="store_true", help="show progress until done")
     waiting.add_argument("--timeout", type=_duration, default=timedelta(minutes=30), help="for --wait (default 30m)")

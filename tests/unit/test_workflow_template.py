@@ -132,8 +132,11 @@ def test_check_container_is_locked_down_with_a_writable_tmp(doc: dict[str, Any])
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
-    assert check["volumes"] == [{"name": "tmp", "emptyDir": {}}]
+    # /tmp, and the optional artifact store's signing credential (read-only: a Secret volume).
+    store = {"name": "artifact-store", "mountPath": "/etc/signal/artifact-store"}
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}, store]
+    secret = {"secretName": "signal-artifact-store", "optional": True}
+    assert check["volumes"] == [{"name": "tmp", "emptyDir": {}}, {"name": "artifact-store", "secret": secret}]
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
     assert "activeDeadlineSeconds" not in check
 
