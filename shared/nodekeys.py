@@ -49,6 +49,13 @@ NODE_KEYS: "Final" = (
     NodeKey("annotation", keys.CERTIFIED_LABEL_PREFIX, True, False, "a profile's result in detail (Run, evidence)"),
     NodeKey("annotation", keys.ATTEMPT_ANNOTATION, False, False, "the next attempt of a retried request"),
     NodeKey("condition", keys.CERTIFIED_LABEL_PREFIX, True, False, "a profile's result as a Node condition"),
+    NodeKey(
+        "condition",
+        keys.FAILED_CONDITION_PREFIX,
+        True,
+        False,
+        "True while a profile's latest result on the Node is Fail (what a remediator watches)",
+    ),
     NodeKey("label", keys.RESERVED_BY_LABEL, False, True, "the reserving Run's uid"),
     NodeKey("annotation", keys.RESERVATION_ANNOTATION, False, True, "the reservation's detail"),
     NodeKey("taint", keys.RESERVED_TAINT_KEY, False, True, "Signal's cordon (NoSchedule, the Run's uid)"),

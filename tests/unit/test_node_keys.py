@@ -47,6 +47,9 @@ NOT_ON_NODES = {
     keys.RUNNER_SSH_DIR: "a path",
     keys.CERTIFIED_LABEL_PREFIX: "listed as a prefix",
     certified.TRUSTED_LABEL_PREFIX: "a prefix (the keys under it are listed)",
+    keys.FAILED_CONDITION_PREFIX: "listed as a prefix",
+    keys.MULTUS_NETWORKS_ANNOTATION: "on backend Pods (Multus), never on Nodes",
+    keys.CHECK_IMAGES_ANNOTATION: "on the Signal Namespace",
 }
 KEYISH = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9._-]+$")
 
