@@ -27,6 +27,7 @@ from localcluster.crds import (
     upstream_crd_files,
 )
 from localcluster.fleet import SimNode, create_nodes, heartbeat
+from localcluster.install import remove_policies
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.kubelet import ProcessKubelet
 from localcluster.realnode.pool import RealNodes, gpu_nodes
@@ -200,8 +201,13 @@ class LocalCluster:
         return await self.admin.create(resource_path("v1", "namespaces"), body)
 
     async def delete_namespace(self, name: str) -> None:
+        """Delete the namespace and the per-namespace copies of Signal's admission policies
+        made for it (cluster-scoped: left behind, the API server would go on evaluating them on
+        every matching write of the session)."""
         with contextlib.suppress(ApiError):
             await self.admin.delete(resource_path("v1", "namespaces", name=name))
+        with contextlib.suppress(ApiError):
+            await remove_policies(self.admin, name)
 
     def workdir(self) -> Path:
         return self.plane.workdir

@@ -4,6 +4,7 @@ from deploy/base (re-namespaced), a source ConfigMap from a directory of scripts
 controller itself as a local process running as its ServiceAccount."""
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kubeio.errors import NotFound
 from localcluster import identities, procs
 from localcluster.controlplane import ControlPlane
 from localcluster.imageenv import image_env
@@ -20,7 +22,7 @@ from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.rbac import rbac_in_effect
 from shared import keys
 from shared.digests import bundle_digest
-from shared.policies import EVIDENCE_POLICY, POLICY_FILES, PROBE_NAME
+from shared.policies import EVIDENCE_POLICY, POLICY_FILES, PROBE_NAME, SCRIPTS_POLICY
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOY = REPO / "deploy" / "base"
@@ -111,30 +113,105 @@ async def configure_runner_image(admin: KubeClient, namespace: str, image: str =
     await admin.merge_patch(path, patch)
 
 
+def _policy_documents(namespace: str) -> list[Obj]:
+    """Every policy and binding of POLICY_FILES for ``namespace``, in the order they are
+    applied: all policies, then all bindings, the evidence policy and its binding last of each
+    (``install_policies`` says why)."""
+    text: list[Obj] = []
+    for file in POLICY_FILES.values():
+        content = (REPO / file).read_text().replace(f"namespace: {DEFAULT_NAMESPACE}", f"namespace: {namespace}")
+        text += [doc for doc in yaml.safe_load_all(content) if doc]
+    for doc in text:
+        if doc["kind"] not in POLICY_KINDS:
+            raise ValueError(f"{doc['kind']} {doc['metadata']['name']} in a policy file; only policies and bindings")
+        if namespace != DEFAULT_NAMESPACE:
+            bind_policy_to(doc, namespace)
+
+    def order(doc: Obj) -> tuple[bool, bool]:
+        policy = (
+            doc["spec"]["policyName"] if doc["kind"] == "ValidatingAdmissionPolicyBinding" else doc["metadata"]["name"]
+        )
+        return doc["kind"] == "ValidatingAdmissionPolicyBinding", policy.startswith(EVIDENCE_POLICY)
+
+    return sorted(text, key=order)
+
+
+async def _denied_by(admin: KubeClient, namespace: str, policy: str, body: Obj) -> bool:
+    """Whether the admin's server-side dry-run create of ConfigMap ``body`` in ``namespace`` is
+    refused by ``policy`` (a copy named ``<policy>-<namespace>``); any other refusal is raised."""
+    try:
+        await admin.request("POST", resource_path("v1", "configmaps", namespace), body=body, params={"dryRun": "All"})
+    except ApiError as error:
+        if f"ValidatingAdmissionPolicy '{policy}" in error.message:
+            return True
+        raise
+    return False
+
+
 async def install_policies(admin: KubeClient, namespace: str, timeout: float = 30.0) -> list[Obj]:
     """Signal's admission policies (shared.policies.POLICY_FILES), bound to ``namespace``
     (outside signal-system, per-namespace copies: see ``bind_policy_to``), and wait until the
-    API server enforces them (an admin's dry-run of a malformed evidence ConfigMap is denied:
-    policies reach the admission plugin together). The adapter and the controller refuse to
-    start until their policies are in force."""
+    API server enforces every one of them. The adapter and the controller refuse to start until
+    their policies are in force.
+
+    The API server's admission plugin does not take a policy into force when it is written: it
+    recompiles its whole set from its caches of policies and of bindings at most once a second
+    (k8s.io/apiserver policy/generic ``policyRefreshInterval``). Policies written one file after
+    the other can therefore be in force in part: CI saw the evidence policy in force (the one
+    probe this function made until 2026-12-07) while the signal-scripts policy, written after
+    it, was not yet, and test_only_the_controller_writes_a_runs_snapshot saw every forbidden
+    snapshot write admitted. Hence the order: all policies first, then all bindings, the
+    evidence policy and its binding the last of each. Each cache receives its objects in the
+    order they were written, so a recompilation that holds the evidence binding and policy
+    holds every other one too, and the evidence probe's refusal (an admin's dry-run of a
+    malformed evidence ConfigMap) proves the whole set in force. The signal-scripts probe (an
+    admin's dry-run of a snapshot-named ConfigMap without a Run's labels) is checked as well,
+    as direct evidence for the policy CI saw missing."""
     await configure_runner_image(admin, namespace, overwrite=False)
-    applied: list[Obj] = []
-    for file in POLICY_FILES.values():
-        applied += await apply_file(admin, Path(file).name, namespace)
-    probe = {"metadata": {"name": f"{PROBE_NAME}-c0-results"}, "data": {"probe": "no labels, owner or immutability"}}
+    applied = _policy_documents(namespace)
+    for doc in applied:
+        path = resource_path(doc["apiVersion"], PLURALS[doc["kind"]], name=doc["metadata"]["name"])
+        await admin.apply(path, doc)
+    probes = {
+        EVIDENCE_POLICY: {
+            "metadata": {"name": f"{PROBE_NAME}-c0-results"},
+            "data": {"probe": "no labels, owner or immutability"},
+        },
+        SCRIPTS_POLICY: {"metadata": {"name": f"{PROBE_NAME}-scripts"}, "data": {"probe": "no Run labels or owner"}},
+    }
     deadline = time.monotonic() + timeout
+    waiting = dict(probes)
     while True:
-        try:
-            await admin.request(
-                "POST", resource_path("v1", "configmaps", namespace), body=probe, params={"dryRun": "All"}
-            )
-        except ApiError as error:
-            if f"ValidatingAdmissionPolicy '{EVIDENCE_POLICY}" in error.message:
-                return applied
-            raise
+        for policy, body in list(waiting.items()):
+            if await _denied_by(admin, namespace, policy, body):
+                del waiting[policy]
+        if not waiting:
+            return applied
         if time.monotonic() > deadline:
-            raise TimeoutError(f"the admission policies for namespace {namespace} were not in force after {timeout}s")
+            raise TimeoutError(
+                f"the admission policies {', '.join(waiting)} for namespace {namespace} were not in force after "
+                f"{timeout}s (a server-side dry-run they must refuse was admitted)"
+            )
         await asyncio.sleep(0.2)
+
+
+async def remove_policies(admin: KubeClient, namespace: str) -> None:
+    """Delete the per-namespace copies of Signal's policies and bindings that
+    ``install_policies`` made for ``namespace`` (cluster-scoped: deleting the namespace leaves
+    them behind, and every one left is evaluated on each later matching write of the session)."""
+    if namespace == DEFAULT_NAMESPACE:
+        return
+    paths = [
+        resource_path(doc["apiVersion"], PLURALS[doc["kind"]], name=doc["metadata"]["name"])
+        for doc in _policy_documents(namespace)
+    ]
+
+    async def delete(path: str) -> None:
+        with contextlib.suppress(NotFound):
+            await admin.delete(path)
+
+    # Bindings and policies at once: a binding whose policy is gone is ignored by the API server.
+    await asyncio.gather(*(delete(path) for path in paths))
 
 
 async def source_config_map(admin: KubeClient, namespace: str, name: str, scripts: Path) -> str:

@@ -8,7 +8,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,8 +234,16 @@ class World:
         await asyncio.gather(*(self.cluster.remove_node(name) for name in added))
 
 
-async def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: float = 0.2, what: str = "") -> Any:
-    """Await ``check()`` until it returns a truthy value (returned) or ``timeout`` passes."""
+async def eventually(
+    check: Callable[[], Any],
+    timeout: float = 30.0,
+    interval: float = 0.2,
+    what: str = "",
+    explain: Callable[[], Awaitable[str]] | None = None,
+) -> Any:
+    """Await ``check()`` until it returns a truthy value (returned) or ``timeout`` passes (then
+    fail, with ``explain()``'s text when given: logs gathered at the time of the failure). The
+    one deadline loop of the tests."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -243,7 +251,8 @@ async def eventually(check: Callable[[], Any], timeout: float = 30.0, interval: 
         if last:
             return last
         await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last={last!r}")
+    more = f"\n{await explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what or check}: last={last!r}{more}")
 
 
 async def metrics_text(port: int) -> str:

@@ -39,15 +39,18 @@ SYSTEM_FILES = frozenset(
         "test_self_contained.py",
     }
 )
-CLUSTER_FIXTURES = frozenset({"cluster", "admin", "namespace"})
+CLUSTER_FIXTURE = "cluster"
+"""The session's local cluster (tests/conftest.py); ``admin`` and ``namespace`` depend on it, so
+it is in the fixture closure of every test that uses the API server. (A parameter of a unit
+test may be called ``namespace``: only the closure tells.)"""
 
 
 def lane(path: PurePath, fixtures: Iterable[str], *, marked_system: bool) -> str:
-    """The lane of a test in file ``path`` (any prefix; the parts under tests/ decide) that
-    uses ``fixtures``; ``marked_system``: it carries ``@pytest.mark.system``."""
+    """The lane of a test in file ``path`` (any prefix; the parts under tests/ decide) whose
+    fixture closure is ``fixtures``; ``marked_system``: it carries ``@pytest.mark.system``."""
     parts = path.parts
     if marked_system or path.name in SYSTEM_FILES or SYSTEM_DIRECTORIES.intersection(parts):
         return "system"
-    if "unit" in parts and not CLUSTER_FIXTURES.intersection(fixtures):
+    if "unit" in parts and CLUSTER_FIXTURE not in fixtures:
         return "unit"
     return "integration"

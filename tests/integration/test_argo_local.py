@@ -74,23 +74,30 @@ async def submit(world: AdapterWorld, suite_deadline: int | None = None) -> Obj:
 
 async def running_backend(world: AdapterWorld, count: int, timeout: float = 60.0) -> None:
     """Wait until the adapter's backend Pods (one per participant) are Running."""
-    deadline = time.monotonic() + timeout
-    while sum(p["status"].get("phase") == "Running" for p in await world.pods()) < count:
-        assert time.monotonic() < deadline, await step_logs(world)
-        await asyncio.sleep(0.3)
+
+    async def running() -> bool:
+        return sum(p["status"].get("phase") == "Running" for p in await world.pods()) >= count
+
+    await eventually(
+        running, timeout=timeout, interval=0.3, what=f"{count} backend Pods Running", explain=lambda: step_logs(world)
+    )
 
 
 async def finished(world: AdapterWorld, name: str, timeout: float = 180.0) -> Obj:
     path = resource_path(ARGO, "workflows", world.namespace, name)
-    deadline = time.monotonic() + timeout
-    while True:
+
+    async def done() -> Obj | None:
         workflow = await world.admin.get(path)
-        if workflow.get("status", {}).get("phase") in {"Succeeded", "Failed", "Error"}:
-            return workflow
-        if time.monotonic() > deadline:
-            logs = await step_logs(world)
-            raise AssertionError(f"Workflow not finished:\n{json.dumps(workflow.get('status'), indent=1)}\n{logs}")
-        await asyncio.sleep(0.5)
+        return workflow if workflow.get("status", {}).get("phase") in {"Succeeded", "Failed", "Error"} else None
+
+    async def explain() -> str:
+        status = (await world.admin.get(path)).get("status")
+        return f"{json.dumps(status, indent=1)}\n{await step_logs(world)}"
+
+    found: Obj = await eventually(
+        done, timeout=timeout, interval=0.5, what=f"Workflow {name} finished", explain=explain
+    )
+    return found
 
 
 async def step_logs(world: AdapterWorld) -> str:

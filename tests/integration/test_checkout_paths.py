@@ -4,9 +4,7 @@ binaries under /tmp must still be visible there, where they are on the host, or 
 of a checkout cloned under /tmp fails. Only those paths: the rest of the host's /tmp stays
 hidden."""
 
-import asyncio
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +15,7 @@ from localcluster import podprocess
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.kube import KubeClient, Obj, resource_path
+from tests.controller_support import eventually
 
 IMAGE = "example.test/tmp-tool"
 
@@ -45,13 +44,13 @@ async def tool_under_tmp(tmp_path: Path) -> AsyncIterator[Path]:
 
 
 async def _finished(admin: KubeClient, path: str, timeout: float = 60.0) -> Obj:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    async def done() -> Obj | None:
         pod = await admin.get(path)
-        if pod.get("status", {}).get("phase") in {"Succeeded", "Failed"}:
-            return pod
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"Pod {path} did not finish within {timeout}s: {pod.get('status')}")
+        return pod if pod.get("status", {}).get("phase") in {"Succeeded", "Failed"} else None
+
+    found: Obj = await eventually(done, timeout=timeout, what=f"Pod {path} finished")
+    return found
 
 
 @pytest.mark.asyncio(loop_scope="session")

@@ -8,9 +8,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from localcluster.cluster import LocalCluster
+from localcluster.controlplane import free_port
 from localcluster.kube import KubeClient, resource_path
 from shared import certified, keys
-from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
+from tests.controller_support import (
+    ControllerProcess,
+    World,
+    eventually,
+    metrics_text,
+    profile_body,
+    reconciles,
+    reserved_by,
+)
 
 
 def _stamp(when: datetime) -> str:
@@ -121,7 +130,7 @@ async def test_a_profile_that_is_not_ready_requests_no_node(
             resource_path(keys.API_VERSION, keys.PROFILE_PLURAL, name=profile, subresource="status"),
             {"status": {"certifiedNodes": certified.encode(entries)}},
         )
-    controller = ControllerProcess(cluster, namespace, tmp_path, resync=1.0)
+    controller = ControllerProcess(cluster, namespace, tmp_path, resync=1.0, metrics_port=free_port())
     await controller.start()
     try:
 
@@ -132,7 +141,15 @@ async def test_a_profile_that_is_not_ready_requests_no_node(
         await eventually(good_requested, timeout=30, what=f"the Ready profile's stale Nodes\n{controller.logs()}")
         ready = next(c for c in (await world.profile(broken))["status"]["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "DigestMismatch"), ready
-        await asyncio.sleep(4)  # several resyncs of the broken profile, with its Ready=False cached
+        # Evidence of several passes over both profiles since (resyncs every second), the broken
+        # one with its Ready=False cached: two profiles, so six passes are at least three each
+        # round of resyncs.
+        seen = reconciles(await metrics_text(controller.metrics_port), "Profile")
+
+        async def passed_again() -> bool:
+            return reconciles(await metrics_text(controller.metrics_port), "Profile") >= seen + 6
+
+        await eventually(passed_again, timeout=30, what=f"six more profile passes\n{controller.logs()}")
         for node in await world.nodes(names[:2]):
             labels = node["metadata"].get("labels", {})
             assert keys.CERTIFY_LABEL not in labels, f"{node['metadata']['name']} requested for a profile not Ready"

@@ -13,12 +13,23 @@ import pytest
 
 from localcluster import identities
 from localcluster.cluster import LocalCluster
-from localcluster.controlplane import KUBELET_NODE, KUBELET_USER
+from localcluster.controlplane import KUBELET_NODE, KUBELET_USER, free_port
 from localcluster.fleet import SimNode
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
+from shared.digests import bundle_digest
 from shared.ownership import MIRROR_ANNOTATION
-from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
+from tests.controller_support import (
+    ControllerProcess,
+    World,
+    eventually,
+    install_rbac,
+    metrics_text,
+    profile_body,
+    reconciles,
+    reserved_by,
+)
+from tests.realnode_support import install_workflow_template
 
 API = keys.API_VERSION
 
@@ -81,13 +92,82 @@ async def test_release_keeps_an_operator_cordon_made_during_the_run(admitted: tu
     assert run["metadata"]["name"] not in await ledger_groups(world)
 
 
-async def test_failed_run_stays_reserved_until_release(admitted: tuple[World, Obj, list[str]]) -> None:
-    world, run, names = admitted
-    await world.admin.merge_patch(run_path(run, "status"), {"status": {"phase": "Inconclusive"}})
-    await world.admin.merge_patch(resource_path("v1", "nodes", name=names[0]), {"metadata": {"labels": {"touch": "1"}}})
-    for node in await world.nodes(names):
-        assert reserved_by(node) == run["metadata"]["uid"]
-    assert run["metadata"]["name"] in await ledger_groups(world)
+FAILING = {"fail.sh": "#!/bin/sh\necho 'link down' >&2\nexit 1\n"}
+"""A check that fails: the Run's evidence proves a failure, from which the controller decides Failed."""
+
+
+async def test_failed_run_stays_reserved_until_release(
+    cluster: LocalCluster, admin: KubeClient, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 46: a Run the controller itself decides Failed, from the evidence of a check that
+    fails (the real adapter runs it through Argo and the process kubelet), keeps its group
+    reserved and cordoned and in the admission ledger after the controller has handled that
+    state (cleaned up after it, then passed over it again), and is released only by
+    ``spec.release``. A controller that releases a Failed Run by itself fails here."""
+    world = World(cluster, admin, namespace)
+    await world.setup(scripts=FAILING)
+    await install_rbac(admin, namespace, "adapter-rbac.yaml")
+    await install_workflow_template(admin, namespace)
+    names = world.node_names(2)
+    profile = f"{namespace}-p"
+    await world.add_nodes(names, requested_for=profile)
+    checks = [{"name": "link", "scriptKey": "fail.sh", "backend": "Pod", "gpuCount": 1, "backendActiveDeadline": "60s"}]
+    await world.add_profile(profile_body(profile, namespace, 2, digest=bundle_digest(FAILING, {}), checks=checks))
+    controller = ControllerProcess(
+        cluster,
+        namespace,
+        tmp_path,
+        resync=1.0,
+        workflow_instance_id=cluster.workflow_instance_id,
+        metrics_port=free_port(),
+    )
+    await controller.start()
+    try:
+
+        async def failed_and_handled() -> Obj | None:
+            runs = await world.runs()
+            run = runs[0] if runs else None
+            phase = ((run or {}).get("status") or {}).get("phase")
+            if run is not None and phase in {"Succeeded", "Inconclusive", "Canceled"}:
+                raise AssertionError(f"the Run ended {phase}, not Failed: {run['status']}\n{controller.logs()}")
+            # ResourcesCleaned: the controller has acted on the Failed Run (its terminal pass).
+            return run if phase == "Failed" and _true(run, "ResourcesCleaned") else None  # type: ignore[arg-type]
+
+        run = await eventually(
+            failed_and_handled, timeout=240, interval=1.0, what=f"Failed and cleaned up\n{controller.logs()}"
+        )
+        assert run["status"]["reason"] == "CheckFailed", run["status"]
+        assert run["status"]["checkVerdicts"] == [{"name": "link", "verdict": "Fail"}]
+        # And passed over it again since (resyncs every second): each pass decided to keep it.
+        seen = reconciles(await metrics_text(controller.metrics_port), "Run")
+
+        async def passed_again() -> bool:
+            return reconciles(await metrics_text(controller.metrics_port), "Run") >= seen + 3
+
+        await eventually(passed_again, what=f"three more Run passes\n{controller.logs()}")
+        current = await admin.get(run_path(run))
+        assert not _true(current, "Released"), current["status"]["conditions"]
+        uid = run["metadata"]["uid"]
+        for node in await world.nodes(names):
+            assert reserved_by(node) == uid, f"{node['metadata']['name']} was released without spec.release"
+            taints = [t for t in node["spec"].get("taints") or [] if t["key"] == keys.RESERVED_TAINT_KEY]
+            assert taints == [{"key": keys.RESERVED_TAINT_KEY, "value": uid, "effect": "NoSchedule"}], node["spec"]
+        assert run["metadata"]["name"] in await ledger_groups(world)
+
+        await admin.merge_patch(run_path(run), {"spec": {"release": True}})
+
+        async def released() -> Obj | None:
+            current = await admin.get(run_path(run))
+            return current if _true(current, "Released") else None
+
+        await eventually(released, what=f"Released=True after spec.release\n{controller.logs()}")
+        for node in await world.nodes(names):
+            assert reserved_by(node) is None
+            assert not [t for t in node["spec"].get("taints") or [] if t["key"] == keys.RESERVED_TAINT_KEY]
+        assert run["metadata"]["name"] not in await ledger_groups(world)
+    finally:
+        controller.stop()
+        await world.cleanup()
 
 
 async def test_cancel_stops_the_workflow_and_waits_for_backend_workloads(

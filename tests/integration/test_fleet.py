@@ -1,12 +1,12 @@
 """Simulated GPU Nodes: capacity, labels, and a Ready condition kept fresh by the heartbeat."""
 
-import asyncio
 import uuid
 from datetime import datetime
 
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode, set_ready, standard_fleet
 from localcluster.kube import KubeClient, resource_path
+from tests.controller_support import eventually
 
 
 async def test_nodes_carry_gpu_rdma_zone_and_rack(cluster: LocalCluster, admin: KubeClient) -> None:
@@ -35,10 +35,29 @@ async def test_heartbeat_keeps_ready_fresh_and_respects_not_ready(cluster: Local
         node = await admin.get(resource_path("v1", "nodes", name=name))
         return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
 
-    before = await ready_of(fresh)
-    await asyncio.sleep(cluster.heartbeat_seconds * 2 + 1.5)
-    after = await ready_of(fresh)
-    parse = datetime.fromisoformat
-    assert parse(after["lastHeartbeatTime"]) > parse(before["lastHeartbeatTime"])
-    assert after["status"] == "True"
-    assert (await ready_of(sick))["status"] == "False"
+    before = _beat(await ready_of(fresh))
+    marked = _beat(await ready_of(sick))
+
+    async def beats(name: str, since: datetime, count: int) -> dict[str, str]:
+        """The Node's Ready condition once the heartbeat has written it ``count`` times after ``since``."""
+        seen, current = since, await ready_of(name)
+        for _ in range(count):
+            done = seen
+
+            async def later(done: datetime = done) -> dict[str, str] | None:
+                ready = await ready_of(name)
+                return ready if _beat(ready) > done else None
+
+            current = await eventually(later, timeout=cluster.heartbeat_seconds * 6, what=f"a beat of {name}")
+            seen = _beat(current)
+        return current
+
+    assert (await beats(fresh, before, 1))["status"] == "True"
+    # The heartbeat has handled the not-Ready Node twice since it was marked (the second beat
+    # from a listing made after the first was written): still not Ready.
+    handled = await beats(sick, marked, 2)
+    assert handled["status"] == "False", handled
+
+
+def _beat(ready: dict[str, str]) -> datetime:
+    return datetime.fromisoformat(ready["lastHeartbeatTime"])

@@ -14,6 +14,7 @@ import pytest
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from tests.controller_support import eventually
 
 
 @pytest.fixture
@@ -41,19 +42,19 @@ def pod(name: str, node: str, script: str, **spec: Any) -> Obj:
 async def wait_for(
     kube: KubeClient, path: str, predicate: Callable[[Obj | None], bool], timeout: float = 30.0
 ) -> Obj | None:
-    deadline = time.monotonic() + timeout
-    obj: Obj | None = None
-    while time.monotonic() < deadline:
+    """The object at ``path`` (None: gone) once ``predicate`` holds for it."""
+
+    async def met() -> tuple[Obj | None] | None:
         try:
-            obj = await kube.get(path)
+            obj: Obj | None = await kube.get(path)
         except ApiError as exc:
             if exc.status != 404:
                 raise
             obj = None
-        if predicate(obj):
-            return obj
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"condition not met within {timeout}s; last: {obj}")
+        return (obj,) if predicate(obj) else None
+
+    (found,) = await eventually(met, timeout=timeout, interval=0.1, what=f"{path} to meet the condition")
+    return found
 
 
 def phase_is(*phases: str) -> Callable[[Obj | None], bool]:
@@ -138,25 +139,33 @@ async def test_deleting_a_running_pod_stops_its_process_and_the_pod_disappears(
     pidfile = Path(cluster.workdir()) / f"pid-{uuid.uuid4().hex}"
     await admin.create(pods, pod("victim", node, f"echo $$ > {pidfile}; exec sleep 300"))
     await wait_for(admin, f"{pods}/victim", phase_is("Running"))
-    for _ in range(100):
-        if pidfile.exists() and pidfile.read_text().strip():
-            break
-        await asyncio.sleep(0.05)
+
+    async def pid_written() -> bool:
+        return pidfile.exists() and bool(pidfile.read_text().strip())
+
+    await eventually(pid_written, timeout=5, interval=0.05, what=f"the Pod's process to write {pidfile}")
     pid = int(pidfile.read_text())
     assert Path(f"/proc/{pid}").exists()
     await admin.delete(f"{pods}/victim", {"gracePeriodSeconds": 30})
     await wait_for(admin, f"{pods}/victim", lambda obj: obj is None)
-    for _ in range(50):
-        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError(f"process {pid} survived the deletion of its Pod")
+
+    async def stopped() -> bool:
+        try:
+            return "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]  # a zombie has stopped
+        except FileNotFoundError:
+            return True
+
+    await eventually(stopped, timeout=5, interval=0.1, what=f"process {pid} stopped after the deletion of its Pod")
 
 
-async def test_a_pod_of_a_node_not_simulated_is_left_alone(admin: KubeClient, namespace: str) -> None:
+async def test_a_pod_of_a_node_not_simulated_is_left_alone(admin: KubeClient, namespace: str, node: str) -> None:
     pods = resource_path("v1", "pods", namespace)
-    await admin.create(pods, pod("elsewhere", "not-a-simulated-node", "exit 0"))
-    await asyncio.sleep(1.5)
+    created = await admin.create(pods, pod("elsewhere", "not-a-simulated-node", "exit 0"))
+    # Evidence the process kubelet has seen it: it watches every bound Pod in one stream, in
+    # order, so a Pod created afterwards on a simulated Node that it has run to its end means
+    # the first was handled (and had it been run, it would have ended as soon).
+    await admin.create(pods, pod("witness", node, "exit 0"))
+    await wait_for(admin, f"{pods}/witness", phase_is("Succeeded"))
     untouched = await admin.get(f"{pods}/elsewhere")
     assert untouched["status"]["phase"] == "Pending"
+    assert untouched["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"], untouched["status"]

@@ -35,7 +35,9 @@ async def test_only_the_controller_writes_a_runs_snapshot(
     world = AdapterWorld(cluster, admin, namespace, tmp_path)
     try:
         await install_rbac(admin, namespace)  # the controller's, for its own snapshot below
-        run = await world.setup(1, {"ok.sh": "#!/bin/sh\nexit 0\n"}, [check("ok", "ok.sh")])  # and the policies
+        # And the policies: install_policies returns once the signal-scripts policy refuses a
+        # probe (CI once saw every write below admitted: the policy was not yet in force).
+        run = await world.setup(1, {"ok.sh": "#!/bin/sh\nexit 0\n"}, [check("ok", "ok.sh")])
         existing = await world.config_map(run["spec"]["source"]["snapshotConfigMap"])
         genuine = snapshot_of(run, uuid.uuid4().hex[:8])
         # What a squatter can send (blockOwnerDeletion needs rights on the Run's finalizers).

@@ -16,7 +16,9 @@ TESTS = Path(__file__).resolve().parents[1]
         ("tests/unit/test_next_action.py", (), False, "unit"),
         ("tests/unit/test_next_action.py", ("tmp_path",), False, "unit"),
         ("tests/unit/test_x.py", ("cluster",), False, "integration"),
-        ("tests/unit/test_x.py", ("namespace", "tmp_path"), False, "integration"),
+        ("tests/unit/test_x.py", ("namespace", "admin", "cluster"), False, "integration"),
+        # a parameter named namespace, no cluster in the closure
+        ("tests/unit/test_controller_sources.py", ("namespace", "allowed"), False, "unit"),
         ("tests/unit/test_x.py", (), True, "system"),
         ("tests/integration/test_controller_admission.py", ("cluster", "admin"), False, "integration"),
         ("tests/integration/test_new_file.py", ("cluster",), False, "integration"),
