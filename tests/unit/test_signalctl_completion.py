@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 import tomllib
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -265,3 +266,11 @@ def test_fish_completes_commands_and_choices() -> None:
     assert {"runs", "profiles", "nodes"} <= offered("signalctl get ")
     assert {"json", "yaml", "name", "wide"} <= offered("signalctl get runs --output ")
     assert "--dry-run" in offered("signalctl request --")
+
+
+@pytest.mark.parametrize("service", ["signal-controller", "signal-adapter", "signal-portal"])
+def test_each_service_takes_log_level(service: str) -> None:
+    binary = Path(sys.executable).parent / service
+    answer = subprocess.run([str(binary), "--help"], capture_output=True, text=True, check=True)
+    assert "--log-level {debug,info,warning,error}" in answer.stdout
+    assert "default info" in answer.stdout
