@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import structlog
 import yaml
+from prometheus_client import generate_latest
 
+from controller.metrics import REGISTRY
 from kubeio.logs import configure_logging
 from shared.digests import bundle_digest, bundle_digest_of_files
 from shared.version import VERSION
@@ -274,3 +276,7 @@ def test_each_service_takes_log_level(service: str) -> None:
     answer = subprocess.run([str(binary), "--help"], capture_output=True, text=True, check=True)
     assert "--log-level {debug,info,warning,error}" in answer.stdout
     assert "default info" in answer.stdout
+
+
+def test_the_controller_exposes_its_version_as_build_info() -> None:
+    assert f'signal_build_info{{version="{VERSION}"}} 1.0' in generate_latest(REGISTRY).decode()
