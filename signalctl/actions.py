@@ -149,6 +149,8 @@ async def _get_node(kube: Kube, name: str) -> Obj | None:
 
 
 async def cmd_request(kube: Kube, args: argparse.Namespace) -> int:
+    if (args.output or args.no_headers) and not args.dry_run:
+        raise CommandError("-o and --no-headers apply to request --dry-run only; add --dry-run or drop them")
     if args.dry_run:
         from signalctl import dryrun  # noqa: PLC0415 - the controller's rules (pydantic): only for --dry-run
 

@@ -28,6 +28,10 @@ DYNAMIC = {
     "get profiles": "profiles",
 }
 """Command paths whose positional argument names an object, and the ``get`` that lists them."""
+CONNECTION = ("-n", "--namespace", "--context", "--kubeconfig")
+"""Options typed so far that the name lookups pass on (the same cluster, context and namespace)."""
+CONNECTION_BASH = "|".join(CONNECTION)
+CONNECTION_FISH = " ".join(CONNECTION)
 
 
 @dataclass
@@ -62,18 +66,26 @@ def _q(words: list[str]) -> str:
     return " ".join(words)
 
 
-def bash(paths: dict[str, Node]) -> str:
-    known = "|".join(f'"{p}"' for p in paths if p)
-    choice_cases: dict[str, list[str]] = {}
+def choices(paths: dict[str, Node]) -> dict[str, list[str]]:
+    """Each option's fixed values, over every command that has it (``-o``: all the forms)."""
+    merged: dict[str, list[str]] = {}
     for node in paths.values():
         for option, values in node.choices.items():
-            choice_cases[option] = list(dict.fromkeys([*choice_cases.get(option, []), *values]))
+            merged[option] = list(dict.fromkeys([*merged.get(option, []), *values]))
+    return merged
+
+
+def bash(paths: dict[str, Node]) -> str:
+    known = "|".join(f'"{p}"' for p in paths if p)
+    choice_cases = choices(paths)
     lines = [
         "# bash completion for signalctl (signalctl completion bash)",
         "_signalctl() {",
         '  local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}" cmdpath="" w i words=""',
+        "  local -a conn=()",
         "  for ((i = 1; i < COMP_CWORD; i++)); do",
         '    w="${COMP_WORDS[i]}"',
+        f'    case "$w" in {CONNECTION_BASH}) conn+=("$w" "${{COMP_WORDS[i+1]}}") ;; esac',
         '    case "$w" in -*) continue ;; esac',
         '    local next="${cmdpath:+$cmdpath }$w"',
         f'    case "$next" in {known}) cmdpath="$next" ;; esac',
@@ -88,7 +100,7 @@ def bash(paths: dict[str, Node]) -> str:
         words = _q(node.subcommands + node.options)
         dynamic = DYNAMIC.get(path)
         if dynamic:
-            words += f""" $("${{COMP_WORDS[0]}}" get {dynamic} -o name 2>/dev/null | sed 's|.*/||')"""
+            words += f""" $("${{COMP_WORDS[0]}}" get {dynamic} -o name "${{conn[@]}}" 2>/dev/null | sed 's|.*/||')"""
         lines.append(f'    "{path}") words="{words}" ;;')
     lines += [
         "  esac",
@@ -106,23 +118,25 @@ def zsh(paths: dict[str, Node]) -> str:
         "# zsh completion for signalctl (signalctl completion zsh)",
         "_signalctl() {",
         '  local cmdpath="" w i next prev="${words[CURRENT-1]}"',
+        "  local -a conn",
         "  for ((i = 2; i < CURRENT; i++)); do",
         '    w="${words[i]}"',
+        f'    case "$w" in ({CONNECTION_BASH}) conn+=("$w" "${{words[i+1]}}") ;; esac',
         '    [[ "$w" == -* ]] && continue',
         '    next="${cmdpath:+$cmdpath }$w"',
         f'    case "$next" in ({known}) cmdpath="$next" ;; esac',
         "  done",
         '  case "$prev" in',
     ]
-    for node in paths.values():
-        for option, values in node.choices.items():
-            lines.append(f"    ({option}) compadd -- {_q(values)}; return ;;")
+    for option, values in choices(paths).items():
+        lines.append(f"    ({option}) compadd -- {_q(values)}; return ;;")
     lines += ["  esac", '  case "$cmdpath" in']
     for path, node in paths.items():
         dynamic = DYNAMIC.get(path)
         fetch = ""
         if dynamic:
-            fetch = f"""; compadd -- ${{(f)"$("${{words[1]}}" get {dynamic} -o name 2>/dev/null | sed 's|.*/||')"}}"""
+            lookup = f""""${{words[1]}}" get {dynamic} -o name "${{conn[@]}}" 2>/dev/null | sed 's|.*/||'"""
+            fetch = f"""; compadd -- ${{(f)"$({lookup})"}}"""
         lines.append(f'    ("{path}") compadd -- {_q(node.subcommands + node.options)}{fetch} ;;')
     lines += ["  esac", "}", f"compdef _signalctl {' '.join(NAMES)}"]
     return "\n".join(lines) + "\n"
@@ -141,6 +155,14 @@ def fish(paths: dict[str, Node]) -> str:
         "    end",
         "    echo $cmdpath",
         "end",
+        "function __signalctl_connection",
+        "    set -l words (commandline -opc)",
+        "    for i in (seq 2 (count $words))",
+        f"        if contains -- $words[$i] {CONNECTION_FISH}; and test $i -lt (count $words)",
+        "            printf '%s\\n' $words[$i] $words[(math $i + 1)]",
+        "        end",
+        "    end",
+        "end",
     ]
     for name in NAMES:
         lines.append(f"complete -c {name} -f")
@@ -155,7 +177,8 @@ def fish(paths: dict[str, Node]) -> str:
                 lines.append(f'complete -c {name} -n "{condition}" {flag}{extra}')
             dynamic = DYNAMIC.get(path)
             if dynamic:
-                fetch = f"({name} get {dynamic} -o name 2>/dev/null | string replace -r '.*/' '')"
+                lookup = f"{name} get {dynamic} -o name (__signalctl_connection) 2>/dev/null"
+                fetch = f"({lookup} | string replace -r '.*/' '')"
                 lines.append(f'complete -c {name} -n "{condition}" -a "{fetch}"')
     return "\n".join(lines) + "\n"
 

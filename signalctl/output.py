@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from signalctl.terminal import json_escape_controls
+
 FORMATS = ("wide", "json", "yaml", "name")
 Obj = dict[str, Any]
 
@@ -44,13 +46,16 @@ def document(objects: Sequence[Obj], *, single: bool = False) -> Obj:
 
 
 def json_text(doc: Any) -> str:
-    return json.dumps(doc, indent=4, ensure_ascii=False)
+    """Indented JSON, non-ASCII kept but control characters (a Node's kubelet may write them into
+    what is printed) as ``\\uNNNN`` escapes: the terminal never acts on them, the JSON stays valid."""
+    return json_escape_controls(json.dumps(doc, indent=4, ensure_ascii=False))
 
 
 def yaml_text(doc: Any) -> str:
     import yaml  # noqa: PLC0415 - only -o yaml needs it
 
-    return str(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)).rstrip("\n")
+    # allow_unicode=False: everything but printable ASCII is written as a double-quoted escape.
+    return str(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=False)).rstrip("\n")
 
 
 def names(objects: Sequence[Obj], resource: str) -> str:

@@ -28,6 +28,12 @@ def escape_controls(text: str) -> str:
     return _CONTROL.sub(_escaped, text)
 
 
+def json_escape_controls(text: str) -> str:
+    """JSON ``text`` with the same characters written as JSON's own ``\\uNNNN`` escapes (they can
+    only occur inside its strings), so that what is printed stays valid JSON with the same value."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 class SafeStream:
     """A text stream that escapes control characters in whatever is written to it."""
 

@@ -152,6 +152,9 @@ async def test_request_dry_run_says_per_node_why_and_writes_nothing(
         by_node = {i["node"]: i for i in json.loads(out)["items"]}
         assert by_node[held]["requestRefused"].startswith(f"Node {held} is reserved by Run {namespace}/holder")
         assert by_node[ok]["eligible"] is True
+        rc, _, err = await signalctl(kubeconfig, "request", profile, ok, "-o", "json", "-n", namespace)
+        assert rc == 1
+        assert "-o and --no-headers apply to request --dry-run only" in err
         for name in (ok, cpu, few, held):
             labels = (await admin.get(resource_path("v1", "nodes", name=name)))["metadata"].get("labels") or {}
             assert keys.CERTIFY_LABEL not in labels, "a dry run labels no Node"

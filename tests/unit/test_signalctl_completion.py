@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import subprocess
+import sys
 import tomllib
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 import structlog
 import yaml
+from prometheus_client import generate_latest
 
+from controller.metrics import REGISTRY
 from kubeio.logs import configure_logging
 from shared.digests import bundle_digest, bundle_digest_of_files
 from shared.version import VERSION
@@ -232,3 +235,48 @@ def test_krew_manifest_names_the_plugin_its_binary_and_this_version() -> None:
         assert len(platform["sha256"]) == 64
         assert int(platform["sha256"], 16) >= 0
         assert {"from": "kubectl-signal", "to": "."} in platform["files"]
+
+
+def test_bash_asks_the_cluster_for_names_with_the_connection_typed_so_far(tmp_path: Path) -> None:
+    fake = tmp_path / "signalctl"  # stands for the real one: prints its arguments as one name
+    fake.write_text('#!/bin/sh\necho "certificationrun.projectsignal.dev/$*" | tr " " "_"\n')
+    fake.chmod(0o755)
+    words = ["signalctl", "--context", "lab", "-n", "ns1", "describe", "run", ""]
+    program = (
+        script("bash")
+        + f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
+        + '_signalctl; printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    answer = subprocess.run(
+        ["bash", "--norc", "-c", program],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": f"{tmp_path}:/usr/bin:/bin"},
+    )
+    assert "get_runs_-o_name_--context_lab_-n_ns1" in answer.stdout.split()
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed here")
+def test_fish_completes_commands_and_choices() -> None:
+    def offered(line: str) -> set[str]:
+        program = script("fish") + f"complete -C '{line}'\n"
+        answer = subprocess.run(["fish", "--no-config", "-c", program], capture_output=True, text=True, check=True)
+        return {row.split("\t")[0] for row in answer.stdout.splitlines()}
+
+    assert {"get", "describe", "source", "completion"} <= offered("signalctl ")
+    assert {"runs", "profiles", "nodes"} <= offered("signalctl get ")
+    assert {"json", "yaml", "name", "wide"} <= offered("signalctl get runs --output ")
+    assert "--dry-run" in offered("signalctl request --")
+
+
+@pytest.mark.parametrize("service", ["signal-controller", "signal-adapter", "signal-portal"])
+def test_each_service_takes_log_level(service: str) -> None:
+    binary = Path(sys.executable).parent / service
+    answer = subprocess.run([str(binary), "--help"], capture_output=True, text=True, check=True)
+    assert "--log-level {debug,info,warning,error}" in answer.stdout
+    assert "default info" in answer.stdout
+
+
+def test_the_controller_exposes_its_version_as_build_info() -> None:
+    assert f'signal_build_info{{version="{VERSION}"}} 1.0' in generate_latest(REGISTRY).decode()

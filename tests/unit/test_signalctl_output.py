@@ -12,6 +12,7 @@ import yaml
 from shared import certified, keys
 from shared.profile import CertificationProfile
 from signalctl import dryrun, fleet, output
+from signalctl.terminal import escape_controls
 from tests.controller_support import profile_body
 
 Obj = dict[str, Any]
@@ -234,3 +235,13 @@ def test_dry_run_gives_the_controllers_own_reason_per_node() -> None:
     assert table[0].split() == ["NODE", "ELIGIBLE", "REASON"]
     assert table[1].split() == ["ok", "yes", "-"]
     assert table[2].split()[:2] == ["other", "no"]
+
+
+@pytest.mark.parametrize("form", ["json", "yaml"])
+def test_machine_forms_stay_valid_and_terminal_safe_with_what_a_kubelet_wrote(form: str) -> None:
+    hostile = "ok\x1b]52;c;ZXZpbA==\x07 \x85 \u202e é"
+    view = output.View("node", [{"metadata": {"name": "n"}, "note": hostile}], single=True)
+    text, _ = output.render(view, form)
+    assert escape_controls(text) == text  # nothing left for the terminal to act on
+    load = json.loads if form == "json" else yaml.safe_load
+    assert load(text)["note"] == hostile  # and the value is intact
