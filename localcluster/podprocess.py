@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kubeio.errors import NotFound
 from localcluster.imageenv import image_env
 from localcluster.kube import KubeClient, Obj, resource_path
 
@@ -174,15 +175,26 @@ def _select_keys(everything: dict[str, bytes], source: Obj) -> tuple[dict[str, b
     return files, modes
 
 
+async def _optional_get(kube: KubeClient, path: str, source: Obj) -> Obj:
+    """The ConfigMap or Secret a volume names; an absent one is empty when the source is
+    ``optional`` (as the kubelet mounts an empty directory), an error otherwise."""
+    try:
+        return await kube.get(path)
+    except NotFound:
+        if source.get("optional") is True:
+            return {}
+        raise
+
+
 async def _configmap_files(kube: KubeClient, namespace: str, source: Obj) -> tuple[dict[str, bytes], dict[str, int]]:
-    cm = await kube.get(resource_path("v1", "configmaps", namespace, source["name"]))
+    cm = await _optional_get(kube, resource_path("v1", "configmaps", namespace, source["name"]), source)
     everything = {k: v.encode() for k, v in cm.get("data", {}).items()}
     everything.update({k: base64.b64decode(v) for k, v in cm.get("binaryData", {}).items()})
     return _select_keys(everything, source)
 
 
 async def _secret_files(kube: KubeClient, namespace: str, source: Obj) -> tuple[dict[str, bytes], dict[str, int]]:
-    secret = await kube.get(resource_path("v1", "secrets", namespace, source["secretName"]))
+    secret = await _optional_get(kube, resource_path("v1", "secrets", namespace, source["secretName"]), source)
     everything = {k: base64.b64decode(v) for k, v in secret.get("data", {}).items()}
     return _select_keys(everything, {k: v for k, v in source.items() if k != "secretName"})
 

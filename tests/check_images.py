@@ -47,7 +47,7 @@ def build_check_images(builder: images.Builder | None = None) -> dict[str, Check
             if archive.exists() and record.exists() and json.loads(record.read_text()).get("key") == key:
                 digest = json.loads(record.read_text())["digest"]
             else:
-                builder._ensure_base()
+                builder.ensure_base()
                 builder.buildah.bud(containerfile, OWN_IMAGE_DIR, reference, pip_cert=None)
                 digest = builder.buildah.push_oci_archive(reference, archive)
                 builder.buildah.remove_image(reference)
