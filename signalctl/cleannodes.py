@@ -3,7 +3,12 @@ that remove every key of shared/nodekeys.py from it. Pure; signalctl/uninstall.p
 
 A Node a Run holds (Signal's reservation label or taint) keeps what holds it (the held keys)
 unless ``release_held``; everything else of Signal's goes. The do-not-disrupt annotations go
-only where the reservation's detail says Signal added them (an operator's own stay)."""
+only where the reservation's detail says Signal added them (an operator's own stay).
+
+A profile's ``onFail`` taint has a key the operator chose, which no inventory can name: it goes
+only when named in ``fail_taints`` (``--fail-taint KEY``) and only from a Node that carries
+Signal's Fail condition (``failed.projectsignal.dev/<profile>``, status True), the mark Signal
+writes beside it; elsewhere the same key is the operator's or another system's and stays."""
 
 import json
 from collections.abc import Mapping
@@ -43,7 +48,14 @@ def _reserved_detail(annotations: Mapping[str, str]) -> Mapping[str, Any]:
     return detail if isinstance(detail, dict) else {}
 
 
-def plan_node(node: Mapping[str, Any], *, release_held: bool) -> NodeCleanup:
+def _failed(conditions: list[Obj]) -> bool:
+    return any(
+        str(c.get("type", "")).startswith(keys.FAILED_CONDITION_PREFIX) and c.get("status") == "True"
+        for c in conditions
+    )
+
+
+def plan_node(node: Mapping[str, Any], *, release_held: bool, fail_taints: frozenset[str] = frozenset()) -> NodeCleanup:
     meta = node.get("metadata") or {}
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
@@ -68,7 +80,15 @@ def plan_node(node: Mapping[str, Any], *, release_held: bool) -> NodeCleanup:
 
     gone_labels = [k for k in sorted(labels) if goes("label", k)]
     gone_annotations = [k for k in sorted(annotations) if goes("annotation", k)]
-    kept_taints = [t for t in taints if not goes("taint", str(t.get("key", "")))]
+    failed = _failed(conditions)
+
+    def taint_goes(key: str) -> bool:
+        if failed and key in fail_taints and node_key("taint", key) is None:
+            plan.remove.append(f"taint {key}")
+            return True
+        return bool(goes("taint", key))
+
+    kept_taints = [t for t in taints if not taint_goes(str(t.get("key", "")))]
     gone_conditions = [str(c.get("type")) for c in conditions if goes("condition", str(c.get("type", "")))]
     if gone_labels or gone_annotations or len(kept_taints) != len(taints):
         patch: Obj = {"metadata": {"resourceVersion": meta.get("resourceVersion")}}

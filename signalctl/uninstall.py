@@ -2,7 +2,8 @@
 every key Signal writes on Nodes (shared/nodekeys.py; docs/reference.md, "Keys on Nodes"),
 Node by Node, with a line of progress each. A Node a Run holds keeps what holds it (its
 reservation label, annotation, taint and the do-not-disrupt annotations Signal added) unless
-``--release-held``; ``--dry-run`` writes nothing and says what it would remove.
+``--release-held``; ``--dry-run`` writes nothing and says what it would remove. A profile's
+``onFail`` taint goes with ``--fail-taint KEY`` (signalctl/cleannodes.py says where).
 
 Run it once Signal's controller is gone (``kubectl delete -k deploy/``): a running controller
 writes its projections again. It refuses while the ``signal-controller`` Deployment of the
@@ -30,6 +31,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--release-held", action="store_true", help="also remove the reservations of Nodes a Run still holds"
     )
     parser.add_argument("--dry-run", action="store_true", help="write nothing; print what would be removed")
+    parser.add_argument(
+        "--fail-taint",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="also remove this taint key (a profile's onFail taint) from Nodes Signal marked failed; repeatable",
+    )
     parser.add_argument("-l", "--selector", default="", help="only Nodes with these labels (default: every Node)")
     parser.set_defaults(handler=cmd_uninstall)
 
@@ -60,11 +68,11 @@ async def _nodes(kube: Kube, selector: str) -> list[Obj]:
             return items
 
 
-async def _clean(kube: Kube, node: Obj, release_held: bool) -> NodeCleanup:
+async def _clean(kube: Kube, node: Obj, release_held: bool, fail_taints: frozenset[str]) -> NodeCleanup:
     """Apply the Node's plan; on a Conflict read it again and plan anew."""
     path = resource_path("v1", "nodes", name=node["metadata"]["name"])
     for _ in range(ATTEMPTS):
-        plan = plan_node(node, release_held=release_held)
+        plan = plan_node(node, release_held=release_held, fail_taints=fail_taints)
         try:
             if plan.metadata_patch is not None:
                 await kube.merge_patch(path, plan.metadata_patch)
@@ -94,12 +102,14 @@ async def cmd_uninstall(kube: Kube, args: argparse.Namespace) -> int:
             "delete Signal first (kubectl delete -k deploy/), then run signalctl uninstall --clean-nodes"
         )
     nodes = sorted(await _nodes(kube, args.selector), key=lambda n: str(n["metadata"]["name"]))
+    fail_taints = frozenset(args.fail_taint)
     cleaned = held = failed = 0
     for index, node in enumerate(nodes, start=1):
         try:
-            plan = plan_node(node, release_held=args.release_held) if args.dry_run else None
-            if plan is None:
-                plan = await _clean(kube, node, args.release_held)
+            if args.dry_run:
+                plan = plan_node(node, release_held=args.release_held, fail_taints=fail_taints)
+            else:
+                plan = await _clean(kube, node, args.release_held, fail_taints)
         except NotFound:
             print(f"[{index}/{len(nodes)}] Node {node['metadata']['name']}: gone")
             continue

@@ -256,3 +256,30 @@ def test_the_reference_lists_every_key_uninstall_removes(entry: Any) -> None:
     section = text[text.index("## Keys on Nodes") :]
     suffix = "*" if entry.prefix else ""
     assert f"| {entry.where} | `{entry.key}{suffix}` |" in section, entry
+
+
+def _failed_node(fail_condition: str = "True") -> Obj:
+    obj = node()
+    obj["spec"]["taints"] = [
+        {"key": "example.com/signal-failed", "value": "burn-in", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+    ]
+    obj["status"]["conditions"] = [
+        {"type": "Ready", "status": "True"},
+        {"type": keys.failed_condition("p"), "status": fail_condition},
+    ]
+    return obj
+
+
+def test_a_fail_taint_goes_only_when_named_and_only_from_a_node_signal_marked_failed() -> None:
+    kept = apply(_failed_node(), plan_node(_failed_node(), release_held=False))
+    assert [t["key"] for t in kept["spec"]["taints"]] == ["example.com/signal-failed", "nvidia.com/gpu"]
+    named = frozenset({"example.com/signal-failed"})
+    plan = plan_node(_failed_node(), release_held=False, fail_taints=named)
+    assert "taint example.com/signal-failed" in plan.remove
+    after = apply(_failed_node(), plan)
+    assert after["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert after["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
+    # the same key on a Node Signal did not mark failed is someone else's: it stays
+    passed = apply(_failed_node("False"), plan_node(_failed_node("False"), release_held=False, fail_taints=named))
+    assert [t["key"] for t in passed["spec"]["taints"]] == ["example.com/signal-failed", "nvidia.com/gpu"]
