@@ -251,13 +251,40 @@ async def test_a_run_whose_reconcile_keeps_failing_says_so_on_the_run_and_in_eve
     running: tuple[World, Obj, list[str], ControllerProcess],
 ) -> None:
     world, run, names, controller = running
-    admin, ns, name = world.admin, world.namespace, run["metadata"]["name"]
+    admin, ns = world.admin, world.namespace
     role_path = resource_path("rbac.authorization.k8s.io/v1", "roles", ns, "signal-controller")
     role = await admin.get(role_path)
     rules = role["rules"]
+    # The ClusterRole (shared by every namespace's controller here) lets it list Pods everywhere
+    # for busy Nodes; it is restored whatever happens.
+    cluster_path = resource_path("rbac.authorization.k8s.io/v1", "clusterroles", name="signal-controller")
+    cluster_role = await admin.get(cluster_path)
+    cluster_rules = cluster_role["rules"]
+    try:
+        await _denied_pods_then_recovered(world, run, names, controller, role_path, role, cluster_path, cluster_role)
+    finally:
+        await admin.apply(role_path, _role(role, rules))
+        await admin.apply(cluster_path, _role(cluster_role, cluster_rules))
+
+
+async def _denied_pods_then_recovered(
+    world: World,
+    run: Obj,
+    names: list[str],
+    controller: ControllerProcess,
+    role_path: str,
+    role: Obj,
+    cluster_path: str,
+    cluster_role: Obj,
+) -> None:
+    admin, ns, name = world.admin, world.namespace, run["metadata"]["name"]
+    rules, cluster_rules = role["rules"], cluster_role["rules"]
     # An operator's RBAC mistake: the controller may no longer list Pods, which it must before
     # it releases a Run's Nodes (no backend workload may remain).
     await admin.apply(role_path, _role(role, [r for r in rules if "pods" not in r.get("resources", [])]))
+    await admin.apply(
+        cluster_path, _role(cluster_role, [r for r in cluster_rules if "pods" not in r.get("resources", [])])
+    )
     await eventually(lambda: _denied(admin, ns), what="list pods denied to the controller")
     run_path = resource_path(API, keys.RUN_PLURAL, ns, name)
     await admin.merge_patch(f"{run_path}/status", {"status": {"phase": "Failed", "reason": "CheckFailed"}})
@@ -287,6 +314,7 @@ async def test_a_run_whose_reconcile_keeps_failing_says_so_on_the_run_and_in_eve
     assert all(reserved_by(n) == run["metadata"]["uid"] for n in await world.nodes(names))
 
     await admin.apply(role_path, _role(role, rules))
+    await admin.apply(cluster_path, _role(cluster_role, cluster_rules))
 
     async def recovered() -> Obj | None:
         current = await admin.get(run_path)
@@ -300,9 +328,9 @@ async def test_a_run_whose_reconcile_keeps_failing_says_so_on_the_run_and_in_eve
 
 
 def _role(role: Obj, rules: list[Obj]) -> Obj:
-    """The Role as installed (server-side apply by the same manager), with ``rules``."""
-    meta = {"name": role["metadata"]["name"], "namespace": role["metadata"]["namespace"]}
-    return {"apiVersion": role["apiVersion"], "kind": "Role", "metadata": meta, "rules": rules}
+    """The Role or ClusterRole as installed (server-side apply by the same manager), with ``rules``."""
+    meta = {k: role["metadata"][k] for k in ("name", "namespace") if k in role["metadata"]}
+    return {"apiVersion": role["apiVersion"], "kind": role["kind"], "metadata": meta, "rules": rules}
 
 
 async def _denied(admin: KubeClient, namespace: str) -> bool:
