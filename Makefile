@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# One line per stage, the raw output in .cache/logs/<stage>.log (named on failure): hack/stage.py.
+STAGE := $(PYTHON) hack/stage.py
 
 # Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
 # minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
@@ -35,33 +37,32 @@ lint: deps
 VENV_STAMP := $(VENV)/.installed-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
 
 deps: $(VENV_STAMP)
-	@hack/install-system-deps.sh
+	@$(STAGE) system-packages "the Debian packages the project needs (only those missing)" hack/install-system-deps.sh
 
 $(VENV_STAMP): pyproject.toml
 	@if [ -d $(VENV) ] && [ "$$(cat $(VENV)/.path 2>/dev/null)" != "$(CURDIR)" ]; then \
 		echo "$(VENV) was made at $$(cat $(VENV)/.path 2>/dev/null || echo 'another path'); making it anew here"; \
 		rm -rf $(VENV); \
 	fi
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip==25.3
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@$(STAGE) python "the Python environment $(VENV) (the project and its pinned tools)" sh -c \
+		'$(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet --upgrade pip==25.3 && $(BIN)/pip install --quiet -e ".[dev]"'
 	printf '%s\n' "$(CURDIR)" > $(VENV)/.path
 	touch $@
 
 kplane:
-	localcluster/kplane/build.sh >/dev/null
+	@$(STAGE) kplane "Kubernetes components (etcd, kube-apiserver, kubelet, ...) from the Go modules, cached by content" localcluster/kplane/build.sh
 
 # CoreDNS with the kubernetes plugin, for the local cluster's real nodes.
 coredns:
-	localcluster/coredns/build.sh >/dev/null
+	@$(STAGE) coredns "CoreDNS for real nodes, cached by content" localcluster/coredns/build.sh
 
 # SeaweedFS (weed: a real S3 API for the artifact store's tests): local test infrastructure only.
 seaweedfs:
-	localcluster/seaweedfs/build.sh >/dev/null
+	@$(STAGE) seaweedfs "SeaweedFS (a real S3 API for the artifact store's tests), cached by content" localcluster/seaweedfs/build.sh
 
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
 argo:
-	localcluster/argo/build.sh >/dev/null
+	@$(STAGE) argo "Argo Workflows (workflow-controller, argoexec, argo), cached by content" localcluster/argo/build.sh
 
 # Benchmarks against floors measured in the same run (bench/floors.py): each prints, per goal of
 # issue 15, the floor, Signal's figure, their ratio and the goal, and its growth from 1/10 of its
@@ -77,7 +78,7 @@ crds: deps
 
 # The real Kubeflow MPI operator v0.8.0 from $SIGNAL_MPI_OPERATOR_SRC (local cluster only).
 mpi-operator:
-	localcluster/mpi-operator/build.sh >/dev/null
+	@$(STAGE) mpi-operator "the Kubeflow MPI operator, cached by content" localcluster/mpi-operator/build.sh
 
 # Container images without Docker (buildah on an mmdebstrap Debian base), cached by content:
 # OCI archives and their digests in .cache/images/ (index.json).

@@ -43,8 +43,13 @@ TERMINAL = {"Succeeded", "Failed", "Inconclusive", "Canceled"}
 Obj = dict[str, Any]
 
 
+_BEGAN = time.monotonic()
+
+
 def _say(message: str) -> None:
-    print(f"==> {message}", flush=True)
+    """A stage of the demo, with the seconds since the demo started (``make``'s own stages,
+    before it, print theirs: hack/stage.py)."""
+    print(f"==> {message} [{time.monotonic() - _BEGAN:.0f}s]", flush=True)
 
 
 def _seconds(start: str | None, end: str | None) -> float | None:
