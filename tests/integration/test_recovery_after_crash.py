@@ -164,11 +164,11 @@ async def _crash_then_recover(
     k: int,
     converged: Callable[[Scenario], Callable[[], Awaitable[bool]]],
     what: str,
-    *,
-    trailing: bool,
 ) -> bool:
-    """Crash at write point ``k``, restart, verify; False when ``k`` is a trailing point (one
-    the traced run made after its state had converged) that this run, converged, never made."""
+    """Crash at write point ``k``, restart, verify; False when this run converged without ever
+    making point ``k``: a trailing point (one the traced run made after its state had converged),
+    or one of the few writes whose number varies with timing (a Conflict retried, a Lease
+    renewed once more while the traced run was slower), which ``_exercise`` bounds."""
     s = make()
     await s.prepare()
     try:
@@ -176,10 +176,10 @@ async def _crash_then_recover(
         try:
             code = await s.run_once(SIGNAL_CRASH_AT=str(k))
         except AssertionError:  # did not exit: point k was not reached
-            if not (trailing and await converged(s)()):
+            if not await converged(s)():
                 raise
             s.controller.stop()
-            await s.finish(converged(s), f"{what} without trailing write point {k}")
+            await s.finish(converged(s), f"{what} without write point {k}")
             return False
         assert code == 137, f"point {k} was not reached in {s.namespace}\n{s.controller.logs()}"
     except BaseException:
@@ -215,13 +215,22 @@ async def _exercise(
         # Every scenario of the batch runs to its end (and stops its controller) before the
         # first failure is raised: none is left running into the next test.
         outcomes = await asyncio.gather(
-            *(_crash_then_recover(make, setup, k, converged, what, trailing=k > settled) for k in batch),
+            *(_crash_then_recover(make, setup, k, converged, what) for k in batch),
             return_exceptions=True,
         )
         failed = [o for o in outcomes if isinstance(o, BaseException)]
         if failed:
             raise failed[0]
         missed += [k for k, reached in zip(batch, outcomes, strict=True) if reached is False]
+    # A point up to convergence that a crash run never made (it converged with fewer writes than
+    # the traced run: the number of writes varies with timing) is tolerated only rarely, and each
+    # one is named. Before, it failed the test as "controller did not exit within 60s" (CI, a
+    # group of 1) although recovery was never in question: nothing crashed, the state converged.
+    early = [k for k in missed if k <= settled]
+    assert len(early) <= max(1, settled // 10), (
+        f"{name}: {len(early)} of the {settled} write points up to convergence were never reached by a crash "
+        f"run that converged: {[points[k - 1] for k in early]}"
+    )
     EXERCISED[name] = len(points) - len(missed)
     with capsys.disabled():
         print(
