@@ -207,7 +207,7 @@ async def _exercise(
     assert points, "the traced run made no write"
     # Writes after the state converged (a resync's housekeeping, e.g. the profile's status) come
     # or not depending on when the controller stopped; a crash run that converges without making
-    # one is verified converged instead. Every point up to convergence must be reached.
+    # one is verified converged instead. Every point up to convergence must be reached, bar a few (below).
     settled = traced.settled_at if traced.settled_at is not None else len(points)
     missed: list[int] = []
     for start in range(0, len(points), BATCH):
