@@ -44,6 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controller import fleetstats
 from controller.nodes import NodeView
+from controller.queuekeys import Kind
 from controller.runview import RunView
 from shared.run import Phase
 from shared.version import VERSION
@@ -157,6 +158,12 @@ RUNS_PAST_DEADLINE = Gauge(
     "signal_runs_past_deadline", "Runs not ended whose suite deadline has passed", registry=REGISTRY
 )
 
+for _kind in Kind:  # every kind's series from the start (0), not only after its first event
+    QUEUE_DEPTH.labels(kind=_kind.value)
+    QUEUE_RETRIES.labels(kind=_kind.value)
+    QUEUE_SECONDS.labels(kind=_kind.value)
+    RECONCILE_SECONDS.labels(kind=_kind.value)
+
 
 def observe_request(verb: str, code: str, seconds: float) -> None:
     """kubeio's ``Kube.observe`` hook."""
@@ -181,6 +188,9 @@ def refresh_fleet(
     now = now or datetime.now(UTC)
     nodes, runs = list(nodes), list(runs)
     NODES.clear()  # a deleted profile's series go with it
+    profiles = list(profiles)
+    for profile in profiles:  # present at 0 before the first one: rules alert on its increase()
+        PROJECTION_TAMPERED.labels(profile=profile)
     for (profile, result), count in fleetstats.nodes_by_result(profiles, nodes).items():
         NODES.labels(profile=profile, result=result).set(count)
     for phase, hold in fleetstats.held(nodes, runs, now).items():
