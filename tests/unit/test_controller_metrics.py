@@ -291,7 +291,8 @@ def test_the_fleet_gauges_follow_the_caches_and_drop_a_deleted_profile() -> None
     assert 'signal_held_reservation_oldest_age_seconds{phase="Failed"} 7200.0' in text
     assert "signal_runs_past_deadline 1.0" in text
     metrics.refresh_fleet(["gpu"], nodes, runs, NOW)
-    assert 'profile="old"' not in generate_latest(metrics.REGISTRY).decode()
+    assert 'signal_nodes{profile="old"' not in generate_latest(metrics.REGISTRY).decode()
+    assert 'signal_projection_tampered_total{profile="gpu"} 0.0' in text
 
 
 def test_requests_checks_and_runs_are_observed() -> None:
