@@ -8,6 +8,9 @@
 # ...) is left out; the tests use a static scrape configuration (promtool still links the
 # Kubernetes discovery it imports directly). The web UI's assets are not embedded (no
 # `builtinassets` tag): the tests use the HTTP API only.
+# Cold build measured (empty Go build cache, modules downloaded): 330 s user + 52 s system CPU,
+# 1063 s wall at nice 19 on a shared 2-core machine under load 11; 579 s wall at normal priority
+# with the machine's Go build cache.
 # Cached: rebuilt only when go.mod, go.sum, the tags or the Go version change (content hash in the
 # name). Prints the directory holding both binaries on stdout as its last line.
 set -euo pipefail
@@ -30,7 +33,7 @@ if [[ -x "$out/prometheus" && -x "$out/promtool" ]]; then
   exit 0
 fi
 mkdir -p "$out"
-echo "prometheus: building Prometheus $version prometheus and promtool (cold build takes several minutes on 2 cores)" >&2
+echo "prometheus: building Prometheus $version prometheus and promtool (cold: about 6.5 minutes of CPU, 3-4 minutes on 2 idle cores)" >&2
 start=$(date +%s)
 cd "$here"
 for cmd in promtool prometheus; do
