@@ -8,18 +8,18 @@ STAGE := $(PYTHON) hack/stage.py
 # Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
 # minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
 # images, crash at every write, chaos, demos). `make test` runs every lane (CI's command).
-.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs crds images mpi-operator bench
+.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs prometheus crds images mpi-operator bench
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
 
-test: deps kplane argo coredns seaweedfs lint
+test: deps kplane argo coredns seaweedfs prometheus lint
 	$(BIN)/python -m pytest
 
 test-fast: deps lint
 	$(BIN)/python -m pytest -m unit tests/unit
 
-test-integration: deps kplane argo coredns
+test-integration: deps kplane argo coredns prometheus
 	$(BIN)/python -m pytest -m integration
 
 test-system: deps kplane argo coredns
@@ -59,6 +59,11 @@ coredns:
 # SeaweedFS (weed: a real S3 API for the artifact store's tests): local test infrastructure only.
 seaweedfs:
 	@$(STAGE) seaweedfs "SeaweedFS (a real S3 API for the artifact store's tests), cached by content" localcluster/seaweedfs/build.sh
+
+# Prometheus and promtool (the observability pack's rules and scrape tests): local test
+# infrastructure only.
+prometheus:
+	localcluster/prometheus/build.sh >/dev/null
 
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
 argo:

@@ -157,6 +157,9 @@ async def _decide(ctx: Context, run: Obj, workflow: Obj | None, deadline_passed:
         phase = (workflow or {}).get("status", {}).get("phase")
         decision = decide(run, outcomes, node_uids=uids, workflow_phase=phase, deadline_passed=deadline_passed)
         metrics.EVIDENCE_FAILURES.inc(sum(1 for c in outcomes if c.problem))
+        metrics.observe_checks(
+            run["spec"]["profile"]["name"], ((c.name, c.verdict.value, c.document) for c in decision.checks)
+        )
         document = run_document(run, decision, workflow=workflow, decided_at=ctx.timestamp())
         labels = {keys.RUN_NAME_LABEL: meta["name"], keys.RUN_UID_LABEL: meta["uid"], keys.COMPONENT_LABEL: "evidence"}
         try:

@@ -92,6 +92,8 @@ class Controller:
         ctx.profiles.handlers.append(self._on_profile)
         ctx.nodes.handlers.append(self._on_node)
         ctx.workflows.handlers.append(self._on_workflow)
+        self.queue.on_wait = lambda key, waited: metrics.QUEUE_SECONDS.labels(key.kind.value).observe(waited)
+        self.queue.on_retry = lambda key: metrics.QUEUE_RETRIES.labels(key.kind.value).inc()
 
     # -- what a change affects -----------------------------------------------------------
 
@@ -229,6 +231,7 @@ class Controller:
             self._conflicts[key] = count
             delay = CONFLICT_BACKOFF.delay(count, self.queue.rand())
             metrics.RECONCILE_ERRORS.labels(key.kind.value, "Conflict").inc()
+            metrics.QUEUE_RETRIES.labels(key.kind.value).inc()
             bound.info("conflict; requeued", error=str(exc)[:300], retry_in=round(delay, 3))
             self.queue.add_after(key, delay)
             return
@@ -317,10 +320,7 @@ class Controller:
     # -- the loop ------------------------------------------------------------------------
 
     def refresh_metrics(self) -> None:
-        ctx = self.ctx
-        uids = {r.uid for r in ctx.runs.items.values()}
-        reserved = sum(1 for n in ctx.nodes.items.values() if n.reservation and n.reservation.run_uid in uids)
-        metrics.refresh((r.phase for r in ctx.runs.items.values()), reserved)
+        metrics.refresh_runs(self.ctx.runs.items.values(), self.ctx.nodes.items.values())
 
     async def start(self, stop: asyncio.Event) -> None:
         """Take the fence (retrying while the API server cannot be reached), then recover once.
@@ -373,8 +373,9 @@ class Controller:
                 key = await self.queue.get()
                 if key is None:
                     break
-                metrics.QUEUE_DEPTH.set(len(self.queue))
-                await self.process(key)
+                metrics.observe_queue_depth(Kind, (k.kind for k in self.queue.queued()))
+                with metrics.RECONCILE_SECONDS.labels(key.kind.value).time():
+                    await self.process(key)
         finally:
             for task in (timer, stopper):
                 task.cancel()

@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 
+from controller import metrics
 from controller.leader import LeaderElector, LeaseLost
 from controller.loop import run_loop
 from controller.policy import require_policies
@@ -51,6 +52,7 @@ async def serve(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, stop.set)
     elector = LeaderElector(lease_kube, args.namespace, args.identity)
     kube.write_guard = elector.guard
+    kube.observe = lease_kube.observe = metrics.observe_request
     probes = Probes()
     probes.leading = lambda: elector.leadership.may_write(elector.clock())
     await probes.start(args.metrics_port)

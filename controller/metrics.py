@@ -17,14 +17,35 @@
   the profile's record (controller/reassert.py) and was rewritten from it.
 * ``signal_build_info`` (gauge, by version): 1, labelled with the controller's version
   (shared/version.py).
+
+Issue 45 (observability pack; docs/reference.md "Metrics" has the table, deploy/monitoring/
+the rules and dashboard over them):
+
+* ``signal_reconcile_duration_seconds`` (histogram, by kind); ``signal_workqueue_depth`` (by
+  kind), ``signal_workqueue_queue_duration_seconds`` (histogram, by kind: queued to taken),
+  ``signal_workqueue_retries_total`` (by kind: rate-limited requeues after a failure);
+* ``signal_leader`` (gauge): 1 while this replica holds the Lease and may write;
+* ``signal_api_requests_total`` (by verb and code) and ``signal_api_request_duration_seconds``
+  (histogram, by verb): every request of the controller's Kubernetes clients (a hook of
+  kubeio's ``Kube.observe``; kubeio imports no metrics library);
+* ``signal_check_duration_seconds`` (histogram, by profile, check and verdict);
+  ``signal_run_duration_seconds`` (histogram, by phase);
+* set from the caches at each scrape (controller/fleetstats.py): ``signal_nodes`` (by profile
+  and result), ``signal_nodes_held`` and ``signal_held_reservation_oldest_age_seconds`` (by
+  the phase of the Run holding them), ``signal_runs_past_deadline``.
 """
 
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from controller import fleetstats
+from controller.nodes import NodeView
+from controller.queuekeys import Kind
+from controller.runview import RunView
 from shared.run import Phase
 from shared.version import VERSION
 
@@ -49,7 +70,7 @@ ENDED = Counter("signal_objects_ended", "Structurally bad objects ended", ["kind
 INFORMER_SYNCED = Gauge(
     "signal_informer_synced", "1 while a cache follows the API server", ["resource"], registry=REGISTRY
 )
-QUEUE_DEPTH = Gauge("signal_workqueue_depth", "Keys waiting to be reconciled now", registry=REGISTRY)
+QUEUE_DEPTH = Gauge("signal_workqueue_depth", "Keys waiting to be reconciled now", ["kind"], registry=REGISTRY)
 CERTIFICATION_EXPIRED = Counter(
     "signal_certification_expired",
     "Node results set to Stale: freshness window passed, suite changed, or profile deleted",
@@ -72,6 +93,119 @@ BUILD_INFO = Gauge("signal_build_info", "The controller's version (value 1)", ["
 BUILD_INFO.labels(version=VERSION).set(1)
 
 
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+RECONCILE_SECONDS = Histogram(
+    "signal_reconcile_duration_seconds",
+    "Duration of one reconcile, by kind of key",
+    ["kind"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+QUEUE_SECONDS = Histogram(
+    "signal_workqueue_queue_duration_seconds",
+    "How long a key waited in the work queue before it was reconciled",
+    ["kind"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+QUEUE_RETRIES = Counter(
+    "signal_workqueue_retries", "Keys requeued with backoff after a failure", ["kind"], registry=REGISTRY
+)
+LEADER = Gauge("signal_leader", "1 while this replica holds the Lease and may write, else 0", registry=REGISTRY)
+API_REQUESTS = Counter(
+    "signal_api_requests", "Requests to the API server, by verb and HTTP code", ["verb", "code"], registry=REGISTRY
+)
+API_SECONDS = Histogram(
+    "signal_api_request_duration_seconds",
+    "Duration of a request to the API server (a watch: until the server accepted it)",
+    ["verb"],
+    buckets=LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+CHECK_SECONDS = Histogram(
+    "signal_check_duration_seconds",
+    "Duration of one check of a Run (its results' start to collection), by verdict",
+    ["profile", "check", "verdict"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200),
+    registry=REGISTRY,
+)
+RUN_SECONDS = Histogram(
+    "signal_run_duration_seconds",
+    "Duration of a Run, creation to its terminal phase",
+    ["phase"],
+    buckets=(10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600),
+    registry=REGISTRY,
+)
+NODES = Gauge(
+    "signal_nodes",
+    "Nodes by profile and certification result (trusted label)",
+    ["profile", "result"],
+    registry=REGISTRY,
+)
+NODES_HELD = Gauge(
+    "signal_nodes_held",
+    "Nodes held by Runs that ended other than Succeeded, by the Run's phase",
+    ["phase"],
+    registry=REGISTRY,
+)
+HELD_OLDEST = Gauge(
+    "signal_held_reservation_oldest_age_seconds",
+    "Age of the oldest hold of a Node by a Run that ended other than Succeeded (since the Run ended)",
+    ["phase"],
+    registry=REGISTRY,
+)
+RUNS_PAST_DEADLINE = Gauge(
+    "signal_runs_past_deadline", "Runs not ended whose suite deadline has passed", registry=REGISTRY
+)
+
+for _kind in Kind:  # every kind's series from the start (0), not only after its first event
+    QUEUE_DEPTH.labels(kind=_kind.value)
+    QUEUE_RETRIES.labels(kind=_kind.value)
+    QUEUE_SECONDS.labels(kind=_kind.value)
+    RECONCILE_SECONDS.labels(kind=_kind.value)
+
+
+def observe_request(verb: str, code: str, seconds: float) -> None:
+    """kubeio's ``Kube.observe`` hook."""
+    API_REQUESTS.labels(verb=verb, code=code).inc()
+    API_SECONDS.labels(verb=verb).observe(seconds)
+
+
+def observe_checks(profile: str, checks: Iterable[tuple[str, str, Mapping[str, Any] | None]]) -> None:
+    for check, verdict, seconds in fleetstats.check_durations(checks):
+        CHECK_SECONDS.labels(profile=profile, check=check, verdict=verdict).observe(seconds)
+
+
+def observe_queue_depth(kinds: Iterable[str], queued: Iterable[str]) -> None:
+    for kind, depth in fleetstats.depth_by_kind(kinds, queued).items():
+        QUEUE_DEPTH.labels(kind=kind).set(depth)
+
+
+def refresh_fleet(
+    profiles: Iterable[str], nodes: Iterable[NodeView], runs: Iterable[RunView], now: datetime | None = None
+) -> None:
+    """Set the fleet gauges from the caches (at each scrape): counts, never per-Node series."""
+    now = now or datetime.now(UTC)
+    nodes, runs = list(nodes), list(runs)
+    NODES.clear()  # a deleted profile's series go with it
+    profiles = list(profiles)
+    for profile in profiles:  # present at 0 before the first one: rules alert on its increase()
+        PROJECTION_TAMPERED.labels(profile=profile)
+    for (profile, result), count in fleetstats.nodes_by_result(profiles, nodes).items():
+        NODES.labels(profile=profile, result=result).set(count)
+    for phase, hold in fleetstats.held(nodes, runs, now).items():
+        NODES_HELD.labels(phase=phase).set(hold.nodes)
+        HELD_OLDEST.labels(phase=phase).set(hold.oldest_seconds)
+    RUNS_PAST_DEADLINE.set(fleetstats.past_deadline(runs, now))
+
+
+def refresh_runs(runs: Iterable[RunView], nodes: Iterable[NodeView]) -> None:
+    """The Runs-by-phase and reserved-Nodes gauges from the caches."""
+    runs = list(runs)
+    uids = {r.uid for r in runs}
+    refresh((r.phase for r in runs), sum(1 for n in nodes if n.reservation and n.reservation.run_uid in uids))
+
+
 def refresh(phases: Iterable[str], reserved_nodes: int) -> None:
     """Set the Runs-by-phase and reserved-Nodes gauges (``phases``: one per Run)."""
     counts = Tally(phases)
@@ -80,5 +214,8 @@ def refresh(phases: Iterable[str], reserved_nodes: int) -> None:
     NODES_RESERVED.set(reserved_nodes)
 
 
-def observe_terminal(run: dict[str, Any], phase: Phase) -> None:
+def observe_terminal(run: dict[str, Any], phase: Phase, now: datetime | None = None) -> None:
     FINISHED.labels(phase=phase.value).inc()
+    seconds = fleetstats.run_duration(run, now or datetime.now(UTC))
+    if seconds is not None:
+        RUN_SECONDS.labels(phase=phase.value).observe(seconds)

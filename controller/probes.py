@@ -36,8 +36,16 @@ class Probes:
         return True, f"{role}; caches synced"
 
     def refresh(self) -> None:
+        """At each scrape: the caches' sync, leadership, and the fleet counts from the caches
+        (computed here, not by the reconcile loop, so that they stay true while it is stuck)."""
         for name, informer in self.informers.items():
             metrics.INFORMER_SYNCED.labels(resource=name).set(1 if informer.is_synced else 0)
+        metrics.LEADER.set(1 if self.leading() else 0)
+        caches = {name: self.informers.get(name) for name in ("profiles", "nodes", "runs")}
+        if all(c is not None and c.is_synced for c in caches.values()):
+            profiles, nodes, runs = (c.items if c is not None else {} for c in caches.values())
+            names = [str((p.get("metadata") or {}).get("name", "")) for p in profiles.values()]
+            metrics.refresh_fleet(names, nodes.values(), runs.values())
 
     async def _metrics(self, _request: web.Request) -> web.Response:
         self.refresh()

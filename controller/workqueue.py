@@ -14,7 +14,11 @@ controller-runtime's reconcile results (written here, not copied).
 
 The queue's bookkeeping is synchronous and takes ``now`` (``pop_ready``, ``next_deadline``)
 so it is table-tested without waiting; ``get`` is the thin async wait around it. No I/O; the
-controller's loop (controller/loop.py) decides what a key means."""
+controller's loop (controller/loop.py) decides what a key means.
+
+Observation: ``on_wait(key, seconds)`` is called when a key is taken, with how long it was
+queued (from ``add``, or from its delay falling due, to ``pop_ready``); ``on_retry(key)`` for
+each ``add_rate_limited``. The loop sets them to its metrics (controller/metrics.py)."""
 
 import asyncio
 import contextlib
@@ -123,6 +127,10 @@ class WorkQueue(Generic[K]):
         self._heap: list[tuple[float, int, K]] = []
         self._seq = 0
         self._failures: dict[K, int] = {}
+        self._since: dict[K, float] = {}
+        """When each queued key was queued (for ``on_wait``)."""
+        self.on_wait: Callable[[K, float], None] | None = None
+        self.on_retry: Callable[[K], None] | None = None
         self._wakeup = asyncio.Event()
         self._closed = False
 
@@ -138,9 +146,13 @@ class WorkQueue(Generic[K]):
         if key in self._queued:
             return
         self._waiting.pop(key, None)
+        self._enqueue(key, self.clock())
+        self._wakeup.set()
+
+    def _enqueue(self, key: K, now: float) -> None:
         self._queued.add(key)
         self._queue.append(key)
-        self._wakeup.set()
+        self._since[key] = now
 
     def add_after(self, key: K, seconds: float) -> None:
         """Queue ``key`` once ``seconds`` have passed; an earlier deadline already set wins."""
@@ -165,6 +177,8 @@ class WorkQueue(Generic[K]):
         and ``at_least``, e.g. the server's Retry-After). Returns the delay chosen."""
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
+        if self.on_retry is not None:
+            self.on_retry(key)
         delay = max(self.backoff.delay(failures, self.rand()), self.bucket.reserve(self.clock()), at_least)
         self.add_after(key, delay)
         return delay
@@ -187,8 +201,7 @@ class WorkQueue(Generic[K]):
             if key in self._processing:
                 self._dirty.add(key)
             elif key not in self._queued:
-                self._queued.add(key)
-                self._queue.append(key)
+                self._enqueue(key, deadline)
 
     def pop_ready(self, now: float) -> K | None:
         """The next key to process (marked processing), or None if none is due at ``now``."""
@@ -198,6 +211,9 @@ class WorkQueue(Generic[K]):
         key = self._queue.popleft()
         self._queued.discard(key)
         self._processing.add(key)
+        since = self._since.pop(key, now)
+        if self.on_wait is not None:
+            self.on_wait(key, max(0.0, now - since))
         return key
 
     def next_deadline(self) -> float | None:
@@ -235,6 +251,10 @@ class WorkQueue(Generic[K]):
     def __len__(self) -> int:
         """Keys queued now (not counting delayed ones or those being processed)."""
         return len(self._queue)
+
+    def queued(self) -> tuple[K, ...]:
+        """The keys queued now, in order (for the depth by kind)."""
+        return tuple(self._queue)
 
     def waiting(self) -> int:
         return len(self._waiting)

@@ -114,6 +114,9 @@ class Kube:
         self.write_guard: Callable[[str, str], None] | None = None
         """Called with (method, path) before every write (not dry runs, which change nothing);
         raises to refuse it (the controller's leadership)."""
+        self.observe: Callable[[str, str, float], None] | None = None
+        """Called with (verb, HTTP code or ``error``, seconds) after every request sent (a
+        watch: once the server answered it); the controller's metrics (kubeio imports none)."""
 
     @classmethod
     async def connect(cls, *, kubeconfig: str | None, field_manager: str, timeout: float = 30.0) -> "Kube":
@@ -191,15 +194,20 @@ class Kube:
         before_send: Callable[[], None] | None = None,
     ) -> Obj:
         started = time.monotonic()
-        response = await self._send(
-            method, path, body=body, query=query, content_type=content_type, before_send=before_send
-        )
+        verb, code = _verb(method, path, query), "error"
         try:
-            payload = await response.read(deadline=started + self.timeout)
-        except HttpError as exc:
-            raise TransportError(f"reading the answer: {_describe(exc)}", method, path) from exc
+            response = await self._send(
+                method, path, body=body, query=query, content_type=content_type, before_send=before_send
+            )
+            try:
+                payload = await response.read(deadline=started + self.timeout)
+                code = str(response.status)
+            except HttpError as exc:
+                raise TransportError(f"reading the answer: {_describe(exc)}", method, path) from exc
+            finally:
+                response.release()
         finally:
-            response.release()
+            self._observed(verb, code, started)
         try:
             decoded = json.loads(payload) if payload else {}
         except ValueError:
@@ -208,6 +216,10 @@ class Kube:
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
             raise error_for(response.status, decoded, method, path, retry_after=retry_after)
         return cast(Obj, decoded)
+
+    def _observed(self, verb: str, code: str, started: float) -> None:
+        if self.observe is not None:
+            self.observe(verb, code, time.monotonic() - started)
 
     async def request(
         self,
@@ -319,7 +331,12 @@ class Kube:
             **extra,
         }
         silent = int(params["timeoutSeconds"]) + WATCH_GRACE
-        response = await self._send("GET", path, query=params, read_timeout=silent)
+        started, code = time.monotonic(), "error"
+        try:
+            response = await self._send("GET", path, query=params, read_timeout=silent)
+            code = str(response.status)
+        finally:
+            self._observed("WATCH", code, started)
         try:
             if response.status >= 300:
                 try:
