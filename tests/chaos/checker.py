@@ -7,8 +7,11 @@ answered) are asserted once the history is complete. The numbers follow issue 14
 1. a Node is held by at most one live Run (participants of Runs not Released); no reservation
    outlives its Run's release, nor its deletion by more than ``deletion_grace_s``;
 2. per failure domain, Nodes under test (carrying a reservation) never exceed the budget;
-3. a Node is projected Pass only by a Run whose evidence verifies (``signalctl evidence verify``'s
-   pure verification, plus the document's verdict for that Node), and a Node's projection never
+3. a Node is projected Pass only by a Run whose evidence verifies, twice: by ``signalctl evidence
+   verify``'s pure verification (plus the document's verdict for that Node), which runs the same
+   ``shared.acceptance`` rules the controller decides with, and by the checker's own
+   re-derivation from the raw bytes (``tests/chaos/rederive.py``, which shares no code with
+   them); both must say Pass, and a disagreement is reported as such. A Node's projection never
    goes back to an older Run;
 4. no workload of check k of a Run exists when one of a later check of that Run is created, and
    none exists when the Run becomes terminal or is deleted;
@@ -35,6 +38,7 @@ from shared.evidence import EvidenceError, decode_document
 from shared.run import TERMINAL_PHASES
 from shared.runevidence import RUN_EVIDENCE_SCHEMAS
 from signalctl import verify as independent
+from tests.chaos import rederive
 from tests.chaos.history import FAULT, OPERATOR, Record, ordered
 
 Obj = dict[str, Any]
@@ -101,8 +105,9 @@ def _owner_run(obj: Obj) -> str | None:
     return _labels(obj).get(keys.RUN_UID_LABEL)
 
 
-def verify_pass(run: Obj, objects: dict[tuple[str, str, str], Obj], node: str) -> str | None:
-    """None when ``run``'s stored evidence verifies independently and passes ``node``; else why not."""
+def verify_shared(run: Obj, objects: dict[tuple[str, str, str], Obj], node: str) -> str | None:
+    """None when ``run``'s stored evidence verifies (``signalctl evidence verify``, the shared
+    rules) and passes ``node``; else why not."""
     meta = run["metadata"]
     ref = (run.get("status") or {}).get("evidence") or {}
     if not ref.get("configMap"):
@@ -128,6 +133,27 @@ def verify_pass(run: Obj, objects: dict[tuple[str, str, str], Obj], node: str) -
         return str(exc)
     verdict = (document.get("nodes") or {}).get(node)
     return None if verdict == "Pass" else f"the evidence gives {node} {verdict!r}, not Pass"
+
+
+def verify_own(run: Obj, objects: dict[tuple[str, str, str], Obj], node: str) -> str | None:
+    """The checker's own re-derivation (tests/chaos/rederive.py) of the same question."""
+    ns = run["metadata"]["namespace"]
+    config_maps = {name: obj for (kind, space, name), obj in objects.items() if kind == "ConfigMap" and space == ns}
+    return rederive.why_not_pass(run, config_maps, node)
+
+
+def verify_pass(run: Obj, objects: dict[tuple[str, str, str], Obj], node: str) -> str | None:
+    """None when both the shared verification and the independent re-derivation pass ``node``;
+    else why not, saying which of the two disagrees when only one of them passes it."""
+    shared = verify_shared(run, objects, node)
+    own = verify_own(run, objects, node)
+    if shared is None and own is None:
+        return None
+    if shared is None:
+        return f"the shared rules (signalctl evidence verify) pass it, the independent re-derivation does not: {own}"
+    if own is None:
+        return f"the independent re-derivation passes it, the shared rules (signalctl evidence verify) do not: {shared}"
+    return shared
 
 
 @dataclass
