@@ -30,4 +30,5 @@ async def test_short_campaign_violates_no_invariant(tmp_path: Path) -> None:
     assert injected >= 30, report.lines()  # a fault with no target at its moment is not injected
     assert len(report.faults) >= len(KINDS) - 3, f"kinds injected: {sorted(report.faults)}"
     assert sum(report.runs.values()) >= 6, report.runs
-    assert report.evaluations > 0
+    assert report.tally is not None
+    assert report.tally.records == report.records

@@ -1,7 +1,8 @@
 """The chaos checker's independent re-derivation (tests/chaos/rederive.py): table-tested on the
 recorded evidence of tests/unit/test_signalctl_verify.py, untouched and mutated, always against
-``signalctl evidence verify`` (both must give the same answer); and the checker catches a bug
-in the shared acceptance rules that the shared verification cannot see."""
+``signalctl evidence verify`` (both must give the same answer); the checker catches a bug in the
+shared acceptance rules that the shared verification cannot see; and the campaign's report says
+what it counted (records x invariants)."""
 
 import ast
 import base64
@@ -9,6 +10,7 @@ import copy
 import dataclasses
 import gzip
 import json
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,10 @@ import signalctl.verify
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, RESULTS_SCHEMA, config_map, decode_document
 from shared.run import Verdict
 from tests import evidence_builders as eb
-from tests.chaos import checker, rederive
-from tests.chaos.test_checker import certified, only, violations
+from tests.chaos import passproof, rederive
+from tests.chaos.campaign import Report
+from tests.chaos.checker import check
+from tests.chaos.test_checker import RULES, certified, only, violations
 from tests.unit import test_signalctl_verify as recorded_fixtures
 from tests.unit.test_signalctl_verify import OWNER, Recorded, make_run, passing
 
@@ -39,7 +43,7 @@ def by_name(rec: Recorded) -> dict[str, Obj]:
 def both(rec: Recorded, node: str) -> tuple[str | None, str | None]:
     """(the re-derivation's answer, the shared verification's answer)."""
     keyed = {("ConfigMap", "ns", name): cm for name, cm in by_name(rec).items()}
-    return rederive.why_not_pass(rec.run, by_name(rec), node), checker.verify_shared(rec.run, keyed, node)
+    return rederive.why_not_pass(rec.run, by_name(rec), node), passproof.verify_shared(rec.run, keyed, node)
 
 
 # --- mutations: the stored bytes, or a careful forger who re-seals every digest after a change ---
@@ -259,7 +263,7 @@ def test_without_the_rederivation_the_bug_would_hide(monkeypatch: pytest.MonkeyP
 
     for module in (shared.acceptance, signalctl.verify, recorded_fixtures):
         monkeypatch.setattr(module, "decide", buggy)
-    monkeypatch.setattr(checker, "verify_own", lambda run, objects, node: None)
+    monkeypatch.setattr(passproof, "verify_own", lambda run, objects, node: None)
     run = make_run()
     rec = Recorded(run, {0: eb.check_evidence(run, 0), 1: eb.check_evidence(run, 1, {1: "Fail"})})
     assert violations(certified(rec)) == []
@@ -270,3 +274,17 @@ def test_the_rederivation_imports_none_of_the_shared_rules() -> None:
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported == {"base64", "binascii", "hashlib", "json", "zlib", "typing"}
+
+
+def test_the_report_counts_records_times_invariants() -> None:
+    """The campaign's report says what its figure is: records replayed x invariants, not checks."""
+    rec = passing()
+    found, tally = check(certified(rec).records, RULES)
+    assert (found, tally.passes_verified, tally.invariants) == ([], 2, 7)
+    report = Report(seed=1, faults=Counter(kill_leader=2), tally=tally, records=tally.records)
+    lines = report.lines()
+    assert lines[1] == (
+        f"  checked: {tally.records} records x 7 invariants = {tally.records * 7} (records x invariants; "
+        "not separate evaluations), 2 Pass projections verified twice (shared rules and re-derivation)"
+    )
+    assert "invariant checks" not in "\n".join(lines)
