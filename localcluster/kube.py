@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpcore
 import httpx
 
 from kubeio.client import resource_path
@@ -31,6 +33,74 @@ CORE_PLURALS = {
 }
 
 
+class _ClosingStream(httpcore.AsyncNetworkStream):
+    """A TCP stream closed when its TLS handshake ends in anything but success, cancellation
+    included. httpcore (1.0.9, ``AnyIOStream.start_tls``) closes it only when the handshake
+    raises an ``Exception``: a request cancelled mid-handshake (a task cancelled while the API
+    server, restarted by a fault or slow under load, had not finished it) left its socket to the
+    garbage collector, which warned ``unclosed transport <_SelectorSocketTransport ...>``."""
+
+    def __init__(self, stream: httpcore.AsyncNetworkStream) -> None:
+        self._stream = stream
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._stream.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._stream.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            return await self._stream.start_tls(ssl_context, server_hostname, timeout)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._stream.aclose()
+            raise
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _ClosingBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's own backend, with each TCP stream a ``_ClosingStream``."""
+
+    def __init__(self) -> None:
+        self._backend = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return _ClosingStream(await self._backend.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    async def sleep(self, seconds: float) -> None:
+        await self._backend.sleep(seconds)
+
+
+def transport(context: ssl.SSLContext, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+    """httpx's transport over a connection pool whose sockets are closed even when a request is
+    cancelled during the TLS handshake (``_ClosingStream``)."""
+    made = httpx.AsyncHTTPTransport(verify=context, limits=limits)
+    # httpx takes no network backend: its pool is replaced by one that has ours.
+    made._pool = httpcore.AsyncConnectionPool(
+        ssl_context=context,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        network_backend=_ClosingBackend(),
+    )
+    return made
+
+
 @dataclass
 class KubeClient:
     """Bearer-token client for one identity."""
@@ -41,12 +111,13 @@ class KubeClient:
     timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         self._http = httpx.AsyncClient(
             base_url=self.server,
-            verify=ssl.create_default_context(cafile=str(self.ca_file)),
+            transport=transport(context, limits),
             headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"},
             timeout=self.timeout,
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
         )
 
     async def close(self) -> None:

@@ -48,7 +48,10 @@ test may be called ``namespace``: only the closure tells.)"""
 def lane(path: PurePath, fixtures: Iterable[str], *, marked_system: bool) -> str:
     """The lane of a test in file ``path`` (any prefix; the parts under tests/ decide) whose
     fixture closure is ``fixtures``; ``marked_system``: it carries ``@pytest.mark.system``."""
-    parts = path.parts
+    whole = path.parts
+    # Only the parts under the last ``tests`` decide: a checkout under a directory named
+    # ``chaos`` or ``unit`` must not change the lanes.
+    parts = whole[len(whole) - whole[::-1].index("tests") :] if "tests" in whole else whole
     if marked_system or path.name in SYSTEM_FILES or SYSTEM_DIRECTORIES.intersection(parts):
         return "system"
     if "unit" in parts and CLUSTER_FIXTURE not in fixtures:

@@ -7,8 +7,11 @@ answered) are asserted once the history is complete. The numbers follow issue 14
 1. a Node is held by at most one live Run (participants of Runs not Released); no reservation
    outlives its Run's release, nor its deletion by more than ``deletion_grace_s``;
 2. per failure domain, Nodes under test (carrying a reservation) never exceed the budget;
-3. a Node is projected Pass only by a Run whose evidence verifies (``signalctl evidence verify``'s
-   pure verification, plus the document's verdict for that Node), and a Node's projection never
+3. a Node is projected Pass only by a Run whose evidence verifies, twice: by ``signalctl evidence
+   verify``'s pure verification (plus the document's verdict for that Node), which runs the same
+   ``shared.acceptance`` rules the controller decides with, and by the checker's own
+   re-derivation from the raw bytes (``tests/chaos/rederive.py``, which shares no code with
+   them; ``tests/chaos/passproof.py``); both must say Pass, and a disagreement is reported as such. A Node's projection never
    goes back to an older Run;
 4. no workload of check k of a Run exists when one of a later check of that Run is created, and
    none exists when the Run becomes terminal or is deleted;
@@ -31,11 +34,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shared import keys
-from shared.evidence import EvidenceError, decode_document
 from shared.run import TERMINAL_PHASES
-from shared.runevidence import RUN_EVIDENCE_SCHEMAS
-from signalctl import verify as independent
 from tests.chaos.history import FAULT, OPERATOR, Record, ordered
+from tests.chaos.passproof import verify_pass
 
 Obj = dict[str, Any]
 
@@ -50,6 +51,28 @@ class Rules:
     """When the last fault stopped; None: do not check the end (invariant 6)."""
     end_margin_s: float = 120.0
     excerpt: int = 8
+
+
+INVARIANTS = 7
+"""How many invariants the checker asserts (the numbered list above)."""
+
+
+@dataclass(frozen=True)
+class Tally:
+    """What a check covered: not a count of evaluations, but records and invariants."""
+
+    records: int
+    """Records replayed in etcd's order (API writes, the operator's actions, faults)."""
+    passes_verified: int
+    """Pass projections (Run, Node) that both the shared verification and the checker's own
+    re-derivation accepted (invariant 3)."""
+    invariants: int = INVARIANTS
+
+    @property
+    def pairs(self) -> int:
+        """records x invariants: every invariant is asserted after every record, except the end's
+        (6), asserted once at the end, and those a record's kind cannot touch (no-ops)."""
+        return self.records * self.invariants
 
 
 @dataclass(frozen=True)
@@ -99,35 +122,6 @@ def _owner_run(obj: Obj) -> str | None:
         if ref.get("kind") == keys.RUN_KIND:
             return str(ref.get("uid"))
     return _labels(obj).get(keys.RUN_UID_LABEL)
-
-
-def verify_pass(run: Obj, objects: dict[tuple[str, str, str], Obj], node: str) -> str | None:
-    """None when ``run``'s stored evidence verifies independently and passes ``node``; else why not."""
-    meta = run["metadata"]
-    ref = (run.get("status") or {}).get("evidence") or {}
-    if not ref.get("configMap"):
-        return "the Run has no evidence yet"
-    ns = meta["namespace"]
-    run_cm = objects.get(("ConfigMap", ns, ref["configMap"]))
-    checks = {
-        i: objects.get(("ConfigMap", ns, independent.check_config_map_name(meta["name"], i)))
-        for i in range(len(run["spec"]["checks"]))
-    }
-    results = {
-        i: objects.get(("ConfigMap", ns, independent.results_config_map_name(meta["name"], i)))
-        for i in range(len(run["spec"]["checks"]))
-    }
-    findings = independent.verify(run, run_cm, checks, results)
-    bad = [f for f in findings if f.state != "OK"]
-    if bad:
-        return f"evidence does not verify: {bad[0].subject}: {bad[0].detail}"[:300]
-    assert run_cm is not None
-    try:
-        document, _ = decode_document(run_cm, RUN_EVIDENCE_SCHEMAS)
-    except EvidenceError as exc:  # verify() decoded it already; kept for the type checker
-        return str(exc)
-    verdict = (document.get("nodes") or {}).get(node)
-    return None if verdict == "Pass" else f"the evidence gives {node} {verdict!r}, not Pass"
 
 
 @dataclass
@@ -408,8 +402,8 @@ def _end(state: _State, last: Record) -> None:
         _settle(state, uid, last, final=True)
 
 
-def check(records: Iterable[Record], rules: Rules) -> tuple[list[Violation], int]:
-    """Violations of a history, and how many invariant evaluations were made."""
+def check(records: Iterable[Record], rules: Rules) -> tuple[list[Violation], Tally]:
+    """Violations of a history, and what was covered (records replayed, Pass projections verified)."""
     state = _State(rules)
     state.recent = deque(maxlen=rules.excerpt)
     history = ordered(records)
@@ -418,4 +412,4 @@ def check(records: Iterable[Record], rules: Rules) -> tuple[list[Violation], int
         _apply(state, record)
     if history and rules.faults_end_at is not None:
         _end(state, history[-1])
-    return state.found, len(history) * 7
+    return state.found, Tally(records=len(history), passes_verified=len(state.verified))

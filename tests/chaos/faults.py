@@ -11,6 +11,7 @@ import contextlib
 import os
 import random
 import signal
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import httpx
 from localcluster.argoworkflows import StartError
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
-from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.kube import ApiError, KubeClient, Obj, resource_path, transport
 from shared import keys
 from shared.digests import bundle_digest
 from tests.chaos.recorder import Recorder
@@ -216,7 +217,10 @@ class Injector:
         the caller's next attempt fails and says why)."""
         plane = self.cluster.plane
         headers = {"Authorization": f"Bearer {plane.admin_token}"}
-        async with httpx.AsyncClient(verify=False, timeout=2.0) as http:
+        # The harness client's transport: this poll runs while the API server starts, and a task
+        # cancelled mid-handshake must not leave its socket to the garbage collector.
+        context = ssl.create_default_context(cafile=str(plane.ca_file))
+        async with httpx.AsyncClient(transport=transport(context, httpx.Limits()), timeout=2.0) as http:
             while time.monotonic() < deadline:
                 with contextlib.suppress(httpx.HTTPError):
                     if (await http.get(f"{plane.server}/readyz", headers=headers)).status_code == 200:

@@ -16,13 +16,12 @@ FAULTS = 52
 
 
 @pytest.mark.timeout(1500)
-# The harness's own in-process clients (recorder, faults, simulated kubelet) can
-# leak a socket when a fault drops the API server mid-request: seen once here as "unclosed
-# transport" found by the garbage collector after a clean campaign (0 violations), not root-caused.
-# Collected below, inside this test, and not counted against it; the invariants are what it tests.
-@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_short_campaign_violates_no_invariant(tmp_path: Path) -> None:
     report = await run_seed(SEED, FAULTS, 180.0, tmp_path)
+    # Warnings are errors here as everywhere: a socket the harness's clients leave to the garbage
+    # collector fails this test (collected now, so it is found in this test and not a later one).
+    # The one seen before (a request cancelled mid-TLS-handshake) is closed by localcluster/kube.py
+    # since issue 46 (tests/unit/test_local_kube_cancel.py).
     gc.collect()
     print("\n".join(report.lines()))
     assert not report.violations, "\n".join(report.lines())
@@ -30,4 +29,5 @@ async def test_short_campaign_violates_no_invariant(tmp_path: Path) -> None:
     assert injected >= 30, report.lines()  # a fault with no target at its moment is not injected
     assert len(report.faults) >= len(KINDS) - 3, f"kinds injected: {sorted(report.faults)}"
     assert sum(report.runs.values()) >= 6, report.runs
-    assert report.evaluations > 0
+    assert report.tally is not None
+    assert report.tally.records == report.records

@@ -27,6 +27,10 @@ TESTS = Path(__file__).resolve().parents[1]
         ("tests/integration/test_runs_on_real_nodes.py", ("cluster",), False, "system"),
         ("tests/chaos/test_checker.py", (), False, "system"),
         ("/ci/copy/tests/unit/test_next_action.py", (), False, "unit"),
+        # a checkout in a directory named like a lane's folder: only the parts under tests/ count
+        ("/work/wt/chaos/tests/unit/test_next_action.py", (), False, "unit"),
+        ("/home/unit/repo/tests/integration/test_x.py", ("cluster",), False, "integration"),
+        ("/work/wt/chaos/tests/chaos/test_campaign.py", (), False, "system"),
     ],
 )
 def test_lane(path: str, fixtures: tuple[str, ...], marked: bool, expected: str) -> None:
