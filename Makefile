@@ -6,18 +6,18 @@ BIN := $(VENV)/bin
 # Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
 # minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
 # images, crash at every write, chaos, demos). `make test` runs every lane (CI's command).
-.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs crds images mpi-operator bench
+.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs helm crds images mpi-operator bench
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
 
-test: deps kplane argo coredns seaweedfs lint
+test: deps kplane argo coredns seaweedfs helm lint
 	$(BIN)/python -m pytest
 
 test-fast: deps lint
 	$(BIN)/python -m pytest -m unit tests/unit
 
-test-integration: deps kplane argo coredns
+test-integration: deps kplane argo coredns helm
 	$(BIN)/python -m pytest -m integration
 
 test-system: deps kplane argo coredns
@@ -58,6 +58,11 @@ coredns:
 # SeaweedFS (weed: a real S3 API for the artifact store's tests): local test infrastructure only.
 seaweedfs:
 	localcluster/seaweedfs/build.sh >/dev/null
+
+# Helm v4 (helm.sh/helm/v4, pinned in localcluster/helm/go.mod): tests lint, render, install,
+# upgrade and uninstall charts/signal with it; `make release` packages the chart. Tooling only.
+helm:
+	localcluster/helm/build.sh >/dev/null
 
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
 argo:
