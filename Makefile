@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
 # minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
 # images, crash at every write, chaos, demos). `make test` runs every lane (CI's command).
-.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs helm crds images mpi-operator bench
+.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs helm release crds images mpi-operator bench
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
@@ -63,6 +63,13 @@ seaweedfs:
 # upgrade and uninstall charts/signal with it; `make release` packages the chart. Tooling only.
 helm:
 	localcluster/helm/build.sh >/dev/null
+
+# The release bundle (docs/upgrade.md): dist/install.yaml (the CRDs and deploy/, images pinned
+# by the digests of the images built into the local image index) and dist/signal-<version>.tgz
+# (the chart, same digests). Fails, saying what to build, unless all four images are built from
+# the current sources; RELEASE_ARGS=--unpinned writes tag-only manifests (never for production).
+release: deps kplane helm
+	$(BIN)/python -m localcluster.release $(RELEASE_ARGS)
 
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
 argo:
