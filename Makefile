@@ -6,18 +6,18 @@ BIN := $(VENV)/bin
 # Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
 # minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
 # images, crash at every write, chaos, demos). `make test` runs every lane (CI's command).
-.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs helm release crds images mpi-operator bench
+.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs helm kube-score release crds images mpi-operator bench
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
 
-test: deps kplane argo coredns seaweedfs helm lint
+test: deps kplane argo coredns seaweedfs helm kube-score lint
 	$(BIN)/python -m pytest
 
 test-fast: deps lint
 	$(BIN)/python -m pytest -m unit tests/unit
 
-test-integration: deps kplane argo coredns helm
+test-integration: deps kplane argo coredns helm kube-score
 	$(BIN)/python -m pytest -m integration
 
 test-system: deps kplane argo coredns
@@ -63,6 +63,11 @@ seaweedfs:
 # upgrade and uninstall charts/signal with it; `make release` packages the chart. Tooling only.
 helm:
 	localcluster/helm/build.sh >/dev/null
+
+# kube-score (github.com/zegl/kube-score, pinned in localcluster/kube-score/go.mod): a test scores
+# the rendered bundle with it (docs/operator-guide.md, "What kube-score reports"). Tooling only.
+kube-score:
+	localcluster/kube-score/build.sh >/dev/null
 
 # The release bundle (docs/upgrade.md): dist/install.yaml (the CRDs and deploy/, images pinned
 # by the digests of the images built into the local image index) and dist/signal-<version>.tgz

@@ -139,8 +139,8 @@ def test_every_operator_setting_reaches_its_object(tmp_path: Path) -> None:
     controller = find(docs, "Deployment", "signal-controller")["spec"]
     assert controller["replicas"] == 3
     assert controller["template"]["spec"]["containers"][0]["resources"] == {
-        "requests": {"cpu": "200m", "memory": "256Mi"},
-        "limits": {"cpu": "1", "memory": "2Gi"},
+        "requests": {"cpu": "200m", "memory": "256Mi", "ephemeral-storage": "64Mi"},
+        "limits": {"cpu": "1", "memory": "2Gi", "ephemeral-storage": "256Mi"},
     }
     scraper = find(docs, "NetworkPolicy", "signal-controller-metrics")["spec"]["ingress"][0]["from"][0]
     assert scraper["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "observability"}
