@@ -10,6 +10,7 @@ the Go module proxy by localcluster/helm/build.sh), no API server:
 
 On the local API server: tests/integration/test_helm_lifecycle.py."""
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -200,3 +201,42 @@ def test_the_release_namespace_may_not_be_the_signal_namespace() -> None:
     done = helm("template", "signal", str(CHART), "-n", "signal-system", check=False)
     assert done.returncode != 0
     assert "keep the release record elsewhere" in done.stderr
+
+
+def test_monitoring_objects_render_only_when_enabled_and_move_with_the_namespace(tmp_path: Path) -> None:
+    """files/monitoring/ (copied from deploy/monitoring/ by the sync) as another chart version
+    would carry it: each kind renders only behind its toggle, in the Signal namespace."""
+    chart = tmp_path / "signal"
+    shutil.copytree(CHART, chart)
+    (chart / "files" / "monitoring").mkdir(exist_ok=True)
+    monitor = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": {"name": "signal-controller", "namespace": "signal-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app.kubernetes.io/component": "controller"}},
+            "endpoints": [{"port": "metrics"}],
+        },
+    }
+    rule = {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {"name": "signal"},
+        "spec": {},
+    }
+    (chart / "files" / "monitoring" / "objects.yaml").write_text(yaml.safe_dump_all([monitor, rule]))
+
+    def kinds(*args: str) -> dict[str, Obj]:
+        rendered = helm("template", "signal", str(chart), *args).stdout
+        return {
+            d["kind"]: d
+            for d in yaml.safe_load_all(rendered)
+            if d and d["kind"] in ("ServiceMonitor", "PrometheusRule")
+        }
+
+    assert kinds() == {}
+    shown = kinds("--set", "monitoring.serviceMonitor.enabled=true", "--set", "namespace=gpu-cert")
+    assert list(shown) == ["ServiceMonitor"]
+    assert shown["ServiceMonitor"]["metadata"]["namespace"] == "gpu-cert"
+    assert shown["ServiceMonitor"]["spec"] == monitor["spec"]
+    assert set(kinds("--set", "monitoring.prometheusRule.enabled=true")) == {"PrometheusRule"}
