@@ -13,6 +13,7 @@ or crds/; ``--check`` reports drift without writing (the tests run it).
 Tooling only: no service imports it."""
 
 import argparse
+import difflib
 import os
 import subprocess
 import sys
@@ -77,11 +78,19 @@ def generated() -> dict[Path, bytes]:
 def drift() -> list[str]:
     """What differs between the chart's generated files and their sources (empty: in sync)."""
     expected = generated()
-    problems = [
-        f"{path.relative_to(REPO_ROOT)}: {'differs from' if path.exists() else 'missing; generated from'} its source"
-        for path, content in expected.items()
-        if not path.exists() or path.read_bytes() != content
-    ]
+    problems = []
+    for path, content in expected.items():
+        if not path.exists():
+            problems.append(f"{path.relative_to(REPO_ROOT)}: missing; generated from its source")
+        elif path.read_bytes() != content:
+            lines = difflib.unified_diff(
+                path.read_text(errors="replace").splitlines(),
+                content.decode(errors="replace").splitlines(),
+                "committed",
+                "generated now",
+                lineterm="",
+            )
+            problems.append(f"{path.relative_to(REPO_ROOT)}: differs from its source:\n" + "\n".join(list(lines)[:40]))
     for folder in (GENERATED_CRDS, GENERATED_MONITORING):
         if folder.is_dir():
             problems += [f"{p.relative_to(REPO_ROOT)}: has no source" for p in folder.iterdir() if p not in expected]
