@@ -41,6 +41,15 @@ HEADER = (
 Obj = dict[str, Any]
 
 
+class Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper with its own string style, whatever a library imported in the same
+    process registered on ``yaml.SafeDumper`` (hera renders multi-line strings as blocks: the
+    drift test failed when it ran after a test that imports hera), as shared.crdgen does."""
+
+
+Dumper.add_representer(str, yaml.representer.SafeRepresenter.represent_str)
+
+
 def helm_binary(*, show_progress: bool = False) -> Path:
     """Path of ``helm``: ``$SIGNAL_HELM_BINARY`` or the cached build of localcluster/helm."""
     override = os.environ.get("SIGNAL_HELM_BINARY")
@@ -65,7 +74,7 @@ def kustomize(directory: Path) -> list[Obj]:
 def generated() -> dict[Path, bytes]:
     """Every generated file of the chart and its expected content."""
     base = [doc for doc in kustomize(DEPLOY) if doc["kind"] != "CustomResourceDefinition"]
-    files = {GENERATED_BASE: (HEADER + yaml.safe_dump(base, sort_keys=False, width=1000)).encode()}
+    files = {GENERATED_BASE: (HEADER + yaml.dump(base, Dumper=Dumper, sort_keys=False, width=1000)).encode()}
     for crd in sorted(CRDS.glob("*.yaml")):
         files[GENERATED_CRDS / crd.name] = crd.read_bytes()
     if MONITORING.is_dir():
