@@ -8,18 +8,18 @@ STAGE := $(PYTHON) hack/stage.py
 # Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
 # minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
 # images, crash at every write, chaos, demos). `make test` runs every lane (CI's command).
-.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs prometheus crds images mpi-operator bench
+.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs prometheus helm kube-score release crds images mpi-operator bench
 
 demo: deps kplane argo
 	$(BIN)/signalctl demo
 
-test: deps kplane argo coredns seaweedfs prometheus lint
+test: deps kplane argo coredns seaweedfs prometheus helm kube-score lint
 	$(BIN)/python -m pytest
 
 test-fast: deps lint
 	$(BIN)/python -m pytest -m unit tests/unit
 
-test-integration: deps kplane argo coredns prometheus
+test-integration: deps kplane argo coredns prometheus helm kube-score
 	$(BIN)/python -m pytest -m integration
 
 test-system: deps kplane argo coredns
@@ -63,7 +63,24 @@ seaweedfs:
 # Prometheus and promtool (the observability pack's rules and scrape tests): local test
 # infrastructure only.
 prometheus:
-	localcluster/prometheus/build.sh >/dev/null
+	@$(STAGE) prometheus "Prometheus and promtool (the observability pack's tests), cached by content" localcluster/prometheus/build.sh
+
+# Helm v4 (helm.sh/helm/v4, pinned in localcluster/helm/go.mod): tests lint, render, install,
+# upgrade and uninstall charts/signal with it; `make release` packages the chart. Tooling only.
+helm:
+	@$(STAGE) helm "Helm v4 (the chart's tests, make release), cached by content" localcluster/helm/build.sh
+
+# kube-score (github.com/zegl/kube-score, pinned in localcluster/kube-score/go.mod): a test scores
+# the rendered bundle with it (docs/operator-guide.md, "What kube-score reports"). Tooling only.
+kube-score:
+	@$(STAGE) kube-score "kube-score (scores the rendered bundle), cached by content" localcluster/kube-score/build.sh
+
+# The release bundle (docs/upgrade.md): dist/install.yaml (the CRDs and deploy/, images pinned
+# by the digests of the images built into the local image index) and dist/signal-<version>.tgz
+# (the chart, same digests). Fails, saying what to build, unless all four images are built from
+# the current sources; RELEASE_ARGS=--unpinned writes tag-only manifests (never for production).
+release: deps kplane helm
+	$(BIN)/python -m localcluster.release $(RELEASE_ARGS)
 
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
 argo:
