@@ -192,11 +192,14 @@ def test_every_operator_setting_reaches_its_object(tmp_path: Path) -> None:
     ],
 )
 def test_malformed_values_are_refused_before_anything_renders(values: Obj, refusal: str, tmp_path: Path) -> None:
-    if refusal == "PrometheusRule" and (DEPLOY / "monitoring").is_dir():
-        pytest.skip("deploy/monitoring exists: the chart carries its PrometheusRule")
+    chart = CHART
+    if refusal == "PrometheusRule":  # a chart version without monitoring objects
+        chart = tmp_path / "signal"
+        shutil.copytree(CHART, chart)
+        shutil.rmtree(chart / "files" / "monitoring", ignore_errors=True)
     path = tmp_path / "values.yaml"
     path.write_text(yaml.safe_dump(values))
-    done = helm("template", "signal", str(CHART), "-f", str(path), check=False)
+    done = helm("template", "signal", str(chart), "-f", str(path), check=False)
     assert done.returncode != 0, f"rendered despite {values}"
     assert refusal in done.stderr, done.stderr
     assert done.stdout == ""
@@ -213,7 +216,8 @@ def test_monitoring_objects_render_only_when_enabled_and_move_with_the_namespace
     would carry it: each kind renders only behind its toggle, in the Signal namespace."""
     chart = tmp_path / "signal"
     shutil.copytree(CHART, chart)
-    (chart / "files" / "monitoring").mkdir(exist_ok=True)
+    shutil.rmtree(chart / "files" / "monitoring", ignore_errors=True)  # only the objects below
+    (chart / "files" / "monitoring").mkdir()
     monitor = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
@@ -245,3 +249,24 @@ def test_monitoring_objects_render_only_when_enabled_and_move_with_the_namespace
     assert shown["ServiceMonitor"]["metadata"]["namespace"] == "gpu-cert"
     assert shown["ServiceMonitor"]["spec"] == monitor["spec"]
     assert set(kinds("--set", "monitoring.prometheusRule.enabled=true")) == {"PrometheusRule"}
+
+
+def test_the_chart_carries_the_monitoring_pack_exactly_behind_its_toggles() -> None:
+    """With both toggles on, the chart renders deploy/monitoring's ServiceMonitor and
+    PrometheusRule as they are (the pack's own tests prove them against Prometheus)."""
+    pack = {
+        d["kind"]: d
+        for name in ("servicemonitor.yaml", "prometheusrule.yaml")
+        for d in yaml.safe_load_all((DEPLOY / "monitoring" / name).read_text())
+        if d
+    }
+    on = ("--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.prometheusRule.enabled=true")
+    rendered = {
+        d["kind"]: d
+        for d in yaml.safe_load_all(helm("template", "signal", str(CHART), *on).stdout)
+        if d and d["kind"] in ("ServiceMonitor", "PrometheusRule")
+    }
+    assert sorted(rendered) == ["PrometheusRule", "ServiceMonitor"]
+    for kind, obj in pack.items():
+        assert rendered[kind]["spec"] == obj["spec"], kind
+        assert rendered[kind]["metadata"]["name"] == obj["metadata"]["name"], kind
