@@ -15,7 +15,9 @@ One cluster for the module (tests/realnode_support.py), a namespace under Pod Se
   either node (read from each node's containerd), the group reserved until ``spec.release``;
 * a worker that outlives its deletion (a finalizer) is retained: Inconclusive, the suite stops;
 * a SIGKILLed adapter's MPI workers run on (bounded by their own deadline) until the next
-  adapter of the Run, a retried step that finds the Run cancelled, removes and stops them.
+  adapter of the Run, a retried step that finds the Run cancelled, removes and stops them;
+* real Kueue (issue 41 §4; started for that test alone): a Pod check and a ``crossNode``
+  MPIJob check that name a queue are each admitted as one Workload and pass.
 """
 
 import asyncio
