@@ -409,6 +409,9 @@ def mpijob(
         "--slots",
         str(inputs.check.slots_per_worker),
     ]
+    if sshd:
+        # Kueue's suspended MPIJobs get their launcher as early as their workers (runner/mpi.py).
+        launcher_args += ["--worker-port", str(keys.SSHD_PORT)]
     launcher_container = _container(inputs, image, launcher_args, env)
     launcher_container.pop("resources", None)
     launcher_spec = _pod_spec(inputs, launcher_container)

@@ -2,15 +2,18 @@
 
 LOCAL TEST INFRASTRUCTURE ONLY: built from the Go module proxy by ``localcluster/kueue/build.sh``;
 Signal ships no Kueue. It runs as a local process with the admin's credentials, configured for
-the Pod integration only (``pod``), no leader election, no metrics or visibility server, and
-Kueue's own certificate management off: its webhook server serves a certificate for
-``127.0.0.1`` signed by a CA of this cluster's work directory, and the API server calls it by
-URL (``/mutate--v1-pod``, ``/validate--v1-pod``) with that CA as ``caBundle``. The webhooks see
-only Pods that carry ``kueue.x-k8s.io/queue-name`` in namespaces labelled
-:data:`MANAGED_NAMESPACE_LABEL` (``manage``), so the rest of the local cluster is never held up
-by Kueue (``failurePolicy: Fail`` for those Pods, as Kueue installs them).
+the Pod and MPIJob integrations (``pod``, ``kubeflow.org/mpijob``: Kueue suspends a queued MPIJob
+and unsuspends it when its queue admits it; the MPI operator makes its Pods only then), no leader
+election, no metrics or visibility server, and Kueue's own certificate management off: its
+webhook server serves a certificate for ``127.0.0.1`` signed by a CA of this cluster's work
+directory, and the API server calls it by URL (``/mutate--v1-pod``, ``/validate--v1-pod`` and
+the MPIJob pair) with that CA as ``caBundle``. The webhooks see only Pods and MPIJobs that carry
+``kueue.x-k8s.io/queue-name`` in namespaces labelled :data:`MANAGED_NAMESPACE_LABEL`
+(``manage``), so the rest of the local cluster is never held up by Kueue (``failurePolicy:
+Fail`` for those objects, as Kueue installs them).
 
-``queues`` makes what an operator makes: a ResourceFlavor, a ClusterQueue with a GPU quota and a
+``queues`` makes what an operator makes: a ResourceFlavor (optionally with ``nodeLabels``,
+which Kueue adds as a node selector to what it admits), a ClusterQueue with a GPU quota and a
 LocalQueue in the Runs' namespace."""
 
 import asyncio
@@ -40,6 +43,22 @@ KUEUE_API = "kueue.x-k8s.io/v1beta2"
 ADMISSION = "admissionregistration.k8s.io/v1"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MANAGED_NAMESPACE_LABEL = "projectsignal.dev/local-kueue"
+INTEGRATIONS = ["pod", "kubeflow.org/mpijob"]
+"""Kueue's job frameworks here: Signal's Pod checks and MPIJob checks (Kueue waits for the MPIJob
+CRD if it is not installed yet)."""
+HOOKS = [
+    ("pod", "", "v1", "pods", "/mutate--v1-pod", "/validate--v1-pod"),
+    (
+        "mpijob",
+        "kubeflow.org",
+        "v2beta1",
+        "mpijobs",
+        "/mutate-kubeflow-org-v2beta1-mpijob",
+        "/validate-kubeflow-org-v2beta1-mpijob",
+    ),
+]
+"""(name, API group, version, resource, mutating path, validating path) of Kueue's webhooks for
+each integration (its paths, as v0.17's kubebuilder markers name them)."""
 METRICS_CERTS = "/etc/kueue/metrics/certs"
 """Where Kueue v0.17 reads its metrics certificate when its certificate management is off."""
 
@@ -61,27 +80,30 @@ def manager_config(webhook_port: int, health_port: int, cert_dir: Path) -> Obj:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
-        "integrations": {"frameworks": ["pod"]},
+        "integrations": {"frameworks": INTEGRATIONS},
     }
 
 
 def webhook_configurations(name: str, port: int, ca_pem: bytes) -> list[Obj]:
-    """Kueue's Pod webhooks (mutating and validating), called by URL, for queued Pods only."""
+    """Kueue's Pod and MPIJob webhooks (mutating and validating), called by URL, for queued
+    objects only."""
     bundle = base64.b64encode(ca_pem).decode()
     scope = {
         "namespaceSelector": {"matchLabels": {MANAGED_NAMESPACE_LABEL: "true"}},
         "objectSelector": {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]},
     }
 
-    def hook(kind: str, path: str, operations: list[str]) -> Obj:
+    def hook(name: str, group: str, version: str, resource: str, path: str, operations: list[str]) -> Obj:
         return {
-            "name": f"{kind}pod.kueue.x-k8s.io",
+            "name": f"{name}.kueue.x-k8s.io",
             "admissionReviewVersions": ["v1"],
             "sideEffects": "None",
             "failurePolicy": "Fail",
             "timeoutSeconds": 10,
             "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle},
-            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations, "resources": ["pods"]}],
+            "rules": [
+                {"apiGroups": [group], "apiVersions": [version], "operations": operations, "resources": [resource]}
+            ],
             **scope,
         }
 
@@ -89,26 +111,36 @@ def webhook_configurations(name: str, port: int, ca_pem: bytes) -> list[Obj]:
         "apiVersion": ADMISSION,
         "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": name},
-        "webhooks": [{**hook("m", "/mutate--v1-pod", ["CREATE"]), "reinvocationPolicy": "Never"}],
+        "webhooks": [
+            {**hook(f"m{kind}", group, version, resource, mutate, ["CREATE"]), "reinvocationPolicy": "Never"}
+            for kind, group, version, resource, mutate, _ in HOOKS
+        ],
     }
     validating = {
         "apiVersion": ADMISSION,
         "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": name},
-        "webhooks": [hook("v", "/validate--v1-pod", ["CREATE", "UPDATE"])],
+        "webhooks": [
+            hook(f"v{kind}", group, version, resource, validate, ["CREATE", "UPDATE"])
+            for kind, group, version, resource, _, validate in HOOKS
+        ],
     }
     return [mutating, validating]
 
 
-def queues(namespace: str, *, gpus: int, name: str = "gpu") -> list[tuple[str, Obj]]:
-    """(path, object) of a ResourceFlavor, a ClusterQueue with ``gpus`` of ``nvidia.com/gpu``
-    (and room for the runner's CPU and memory) and a LocalQueue ``name`` in ``namespace``."""
+def queues(
+    namespace: str, *, gpus: int, name: str = "gpu", node_labels: dict[str, str] | None = None
+) -> list[tuple[str, Obj]]:
+    """(path, object) of a ResourceFlavor (with ``node_labels`` as its ``nodeLabels``), a
+    ClusterQueue with ``gpus`` of ``nvidia.com/gpu`` (and room for the runner's CPU and memory)
+    and a LocalQueue ``name`` in ``namespace``."""
     flavor = f"{namespace}-flavor"
+    flavor_spec = {"spec": {"nodeLabels": dict(node_labels)}} if node_labels else {}
     cluster_queue = f"{namespace}-{name}"
     return [
         (
             resource_path(KUEUE_API, "resourceflavors", name=flavor),
-            {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}},
+            {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}, **flavor_spec},
         ),
         (
             resource_path(KUEUE_API, "clusterqueues", name=cluster_queue),
@@ -150,7 +182,7 @@ def queues(namespace: str, *, gpus: int, name: str = "gpu") -> list[tuple[str, O
 
 @dataclass
 class KueueManager:
-    """Runs Kueue's manager for a local cluster (``manage`` the namespaces it queues Pods in)."""
+    """Runs Kueue's manager for a local cluster (``manage`` the namespaces it queues in)."""
 
     plane: ControlPlane
     admin: KubeClient
@@ -230,11 +262,12 @@ class KueueManager:
                 await asyncio.sleep(0.3)
         raise RuntimeError(f"kueue not ready after {timeout}s:\n{self.component.tail(60)}")
 
-    async def manage(self, namespace: str, *, gpus: int) -> None:
-        """Queue Pods of ``namespace`` through Kueue: label it for the webhooks, make its queues."""
+    async def manage(self, namespace: str, *, gpus: int, node_labels: dict[str, str] | None = None) -> None:
+        """Queue Pods and MPIJobs of ``namespace`` through Kueue: label it for the webhooks, make
+        its queues (``node_labels``: the flavor's)."""
         patch = {"metadata": {"labels": {MANAGED_NAMESPACE_LABEL: "true"}}}
         await self.admin.merge_patch(resource_path("v1", "namespaces", name=namespace), patch)
-        for path, body in queues(namespace, gpus=gpus):
+        for path, body in queues(namespace, gpus=gpus, node_labels=node_labels):
             await self.admin.apply(path, body)
 
     async def unmanage(self, namespace: str) -> None:

@@ -178,6 +178,17 @@ def cmd_launcher(args: SimpleNamespace) -> int:
         digest = script_digest(args.script)
     except ScriptError as exc:
         return _write(error_result(identity, str(exc), started, time.time()), args.termination_log)
+    deadline = float(args.deadline_seconds)
+    if args.worker_port:
+        # Within the check's deadline: the workers may start after the launcher (mpi.wait_for_workers).
+        waiting = mpi.wait_for_workers(hosts, args.worker_port, deadline)
+        if waiting:
+            reason = (
+                f"WorkersUnreachable: no connection to the sshd (port {args.worker_port}) of "
+                f"{', '.join(waiting[:8])} within the check's deadline of {deadline:g}s; see the MPIJob's workers"
+            )
+            return _write(error_result(identity, reason, started, time.time()), args.termination_log)
+        deadline = max(1.0, deadline - (time.time() - started))
     # Each rank starts as this runner did (runner/launch.py: isolated, without site), from the
     # same file of the same image: ``-m runner.main`` would need site's path to find the package.
     rank_command = [
@@ -203,7 +214,7 @@ def cmd_launcher(args: SimpleNamespace) -> int:
         workdir,
         workdir / "stdout",
         workdir / "stderr",
-        float(args.deadline_seconds),
+        deadline,
     )
     # Only reports signed with this check's key, each on its own rank's tagged stream, read
     # as a bounded stream (never the whole output at once).
@@ -321,6 +332,7 @@ def parser() -> Parser:
         *pod,
         Option("--hostfile", str, default="/etc/mpi/hostfile"),
         Option("--slots", int, default=1, choices=range(1, 9), help="ranks per host"),
+        Option("--worker-port", int, default=0, help="wait for every host's sshd on this port first (0: do not)"),
     )
     sshd = Option("--sshd", str, help="sshd binary to exec, when the image has one")
     roles = {

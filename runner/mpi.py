@@ -38,7 +38,7 @@ import json
 import os
 import re
 import signal
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 from runner import sshd as sshd_role
@@ -335,3 +335,44 @@ def sshd_or_wait(sshd: str | None, environment: Mapping[str, str]) -> None:
     if sshd and Path(sshd).exists():
         sshd_role.exec_sshd(sshd, environment)
     signal.pause()
+
+
+def wait_for_workers(
+    hosts: Iterable[str],
+    port: int,
+    timeout: float,
+    *,
+    reachable: Callable[[str, int], bool] | None = None,
+    clock: Callable[[], float] | None = None,
+    pause: Callable[[float], None] | None = None,
+) -> list[str]:
+    """Wait until every host resolves and accepts a TCP connection on ``port`` (its sshd), at
+    most ``timeout`` seconds; the hosts still unreachable then, in order (empty: all were).
+
+    The MPI operator starts the launcher only once the workers are Ready
+    (``launcherCreationPolicy: WaitForWorkersReady``), but not for an MPIJob that was created
+    suspended, as Kueue creates every queued one: the operator then makes the launcher Job at once
+    (suspended, as no worker exists yet) and unsuspends it in the very sync that creates the
+    workers (kubeflow/mpi-operator issue 615, v0.8.0), so mpirun would race their DNS names and
+    sshd (``ORTE was unable to reliably start one or more daemons``). A Ready worker need not have
+    its sshd listening yet either."""
+    import socket  # noqa: PLC0415 - the launcher's alone
+    import time  # noqa: PLC0415
+
+    def connects(host: str, port: int) -> bool:
+        try:
+            with socket.create_connection((host, port), timeout=2.0):
+                return True
+        except OSError:
+            return False
+
+    reachable = reachable or connects
+    clock = clock or time.monotonic
+    pause = pause or time.sleep
+    deadline = clock() + timeout
+    waiting = list(dict.fromkeys(hosts))
+    while True:
+        waiting = [h for h in waiting if not reachable(h, port)]
+        if not waiting or clock() >= deadline:
+            return waiting
+        pause(min(0.5, max(0.0, deadline - clock())))

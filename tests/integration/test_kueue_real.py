@@ -13,7 +13,8 @@ the process kubelet and placed by the real kube-scheduler.
   deploy/base/adapter-kueue-admission-policy.yaml). Before that: cleanup Failed, both Pods left
   Pending with the finalizer kueue.x-k8s.io/managed.
 
-The MPIJob check with a queue runs only on real nodes (the MPI operator): not covered here."""
+The MPIJob check with a queue runs only on real nodes (the MPI operator):
+test_runs_on_real_nodes.py::test_a_pod_check_and_an_mpijob_check_that_name_a_queue_are_admitted_by_real_kueue_and_pass."""
 
 import json
 import time

@@ -15,13 +15,16 @@ One cluster for the module (tests/realnode_support.py), a namespace under Pod Se
   either node (read from each node's containerd), the group reserved until ``spec.release``;
 * a worker that outlives its deletion (a finalizer) is retained: Inconclusive, the suite stops;
 * a SIGKILLed adapter's MPI workers run on (bounded by their own deadline) until the next
-  adapter of the Run, a retried step that finds the Run cancelled, removes and stops them.
+  adapter of the Run, a retried step that finds the Run cancelled, removes and stops them;
+* real Kueue (issue 41 §4; started for that test alone): a Pod check and a ``crossNode``
+  MPIJob check that name a queue are each admitted as one Workload and pass.
 """
 
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,7 @@ from adapter.inputs import Inputs
 from adapter.workloads import WORKER_GRACE_SECONDS, mpijob_name
 from localcluster.controlplane import free_port
 from localcluster.kube import KubeClient, Obj, resource_path
+from localcluster.kueuemanager import KUEUE_API, KueueManager
 from shared import keys
 from shared.acceptance import validate_check
 from shared.digests import bundle_digest
@@ -39,6 +43,7 @@ from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from shared.result import LauncherReport
 from tests.adapter_support import check
 from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
+from tests.kueue_support import ADMISSION_GATE, KueueWatch, gates, kueue_watch, node_selector, owner_kinds, pod_count
 from tests.realnode_support import (
     RealCluster,
     RealWorld,
@@ -117,11 +122,16 @@ class Signal:
 
 
 @contextlib.asynccontextmanager
-async def signal_on_real_nodes(real: RealCluster, tmp_path: Path, checks: list[Obj]) -> AsyncIterator[Signal]:
+async def signal_on_real_nodes(
+    real: RealCluster, tmp_path: Path, checks: list[Obj], before: Callable[[str], Awaitable[None]] | None = None
+) -> AsyncIterator[Signal]:
     """A namespace with Signal's controller for a profile of ``checks`` over both real Nodes,
-    both requested. On the way out every Run is cancelled (if still running) and released, and
-    the Nodes are waited for until nothing holds them: the next test finds them free."""
+    both requested (``before(namespace)`` first, e.g. its Kueue queues). On the way out every Run
+    is cancelled (if still running) and released, and the Nodes are waited for until nothing
+    holds them: the next test finds them free."""
     namespace = await prepare_namespace(real.admin, argo=True)
+    if before is not None:
+        await before(namespace)
     world = World(real.cluster, real.admin, namespace)
     await world.setup(scripts=SCRIPTS)
     profile = f"{namespace}-suite"
@@ -350,3 +360,76 @@ async def test_a_killed_adapters_mpi_workers_are_removed_by_the_next_adapter_of_
         await world.config_map(keys.check_evidence_name(world.run["metadata"]["name"], 0)), CHECK_EVIDENCE_SCHEMA
     )
     assert (evidence["verdict"], evidence["cleanup"]["state"]) == ("Inconclusive", "Complete")
+
+
+@pytest.fixture(scope="module")
+async def kueue(real: RealCluster) -> AsyncIterator[KueueManager]:
+    """Real Kueue v0.17.0 beside the real nodes (started only for the tests that ask for it)."""
+    manager = KueueManager(real.cluster.plane, real.admin)
+    await manager.start()
+    print(f"\nkueue: started in {manager.started_seconds:.1f}s, {manager.rss_bytes() / 2**20:.0f} MiB resident")
+    try:
+        yield manager
+    finally:
+        await manager.stop()
+
+
+async def test_a_pod_check_and_an_mpijob_check_that_name_a_queue_are_admitted_by_real_kueue_and_pass(
+    real: RealCluster, kueue: KueueManager, tmp_path: Path
+) -> None:
+    """Issue 41 §4 on real nodes, Signal's admission policies in force: Kueue gates the Pod
+    check's two Pods (one pod group) and suspends the MPIJob when the adapter creates them, admits
+    each from a ClusterQueue with 2 GPUs whose flavor selects on the GPU product label, and lets
+    them run with the flavor's node selector; both checks pass and nothing of them is left."""
+    queued = {"kueueQueueName": "gpu"}
+    checks = [
+        check("inventory", "inventory.sh", gpuCount=1, deadline="2m", workload=queued),
+        check("allreduce", "ranks.sh", "MPIJob", "3m", gpuCount=1, mpi={"scope": "crossNode"}, workload=queued),
+    ]
+    flavor = {"nvidia.com/gpu.product": "SIM-GPU-80GB"}  # every real node's, not the system node's
+    began, namespaces = time.monotonic(), list[str]()
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def queue(namespace: str) -> None:
+            namespaces.append(namespace)
+            await kueue.manage(namespace, gpus=2, node_labels=flavor)
+            watched.append(await stack.enter_async_context(kueue_watch(real.admin, namespace)))
+
+        watched: list[KueueWatch] = []
+        try:
+            async with signal_on_real_nodes(real, tmp_path, checks, before=queue) as signal:
+                run = await signal.run_in(TERMINAL, timeout=420)
+                if run["status"]["phase"] != "Succeeded":
+                    print(signal.logs(), kueue.component.tail(60) if kueue.component else "", sep="\n--- kueue ---\n")
+                    checks_seen = (await stored_run_evidence(real.admin, run))["checks"]
+                    reasons = [(c["evidence"]["reason"], c["evidence"]["results"]) for c in checks_seen]
+                    raise AssertionError(f"{run['status']['phase']}: {reasons}")
+                assert [v["verdict"] for v in run["status"]["checkVerdicts"]] == ["Pass", "Pass"]
+                (seen,) = watched
+                # One Workload per check: the Pod check's pod group, the MPIJob (its launcher and workers).
+                admitted = sorted((owner_kinds(w), pod_count(w)) for w in seen.admitted().values())
+                assert admitted == [(["MPIJob"], 3), (["Pod"], 2)], list(seen.workloads.versions)
+                for versions in seen.pods_of(keys.CHECK_LABEL, "inventory").values():
+                    assert ADMISSION_GATE in gates(versions[0]), versions[0]["spec"]
+                    assert node_selector(versions[-1]["spec"]) == flavor
+                (job_versions,) = seen.mpijobs.versions.values()
+                assert job_versions[0]["spec"]["runPolicy"]["suspend"] is True, "suspended by Kueue on creation"
+                mpi_pods = seen.pods_of(keys.CHECK_LABEL, "allreduce")
+                assert len(mpi_pods) == 3, mpi_pods.keys()  # the launcher and a worker per participant
+                # The workers' GPUs came from the flavor; the launcher requests nothing: no flavor, no selector.
+                selectors = {name: node_selector(v[-1]["spec"]) for name, v in mpi_pods.items()}
+                workers = [s for name, s in selectors.items() if "-worker-" in name]
+                assert workers == [flavor, flavor], selectors
+                job = job_of(signal.namespace, run, 1)
+                assert await ownership_tree(real.admin, signal.namespace, job) == []
+                assert await signal.workloads(run) == []
+
+                async def no_workloads() -> bool:
+                    path = resource_path(KUEUE_API, "workloads", signal.namespace)
+                    return not (await real.admin.get(path))["items"]
+
+                await eventually(no_workloads, timeout=60, what="Kueue's Workloads gone with the checks' workloads")
+        finally:
+            for namespace in namespaces:
+                await kueue.unmanage(namespace)
+    print(f"queued Pod + MPIJob checks through real Kueue: {time.monotonic() - began:.1f}s")
