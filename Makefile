@@ -46,8 +46,8 @@ $(VENV_STAMP): pyproject.toml
 	fi
 	@$(STAGE) python "the Python environment $(VENV) (the project and its pinned tools)" sh -c \
 		'$(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet --upgrade pip==25.3 && $(BIN)/pip install --quiet -e ".[dev]"'
-	printf '%s\n' "$(CURDIR)" > $(VENV)/.path
-	touch $@
+	@printf '%s\n' "$(CURDIR)" > $(VENV)/.path
+	@touch $@
 
 kplane:
 	@$(STAGE) kplane "Kubernetes components (etcd, kube-apiserver, kubelet, ...) from the Go modules, cached by content" localcluster/kplane/build.sh
