@@ -19,7 +19,7 @@ test: deps kplane argo coredns seaweedfs prometheus helm kube-score lint
 test-fast: deps lint
 	$(BIN)/python -m pytest -m unit tests/unit
 
-test-integration: deps kplane argo coredns prometheus helm kube-score
+test-integration: deps kplane argo coredns seaweedfs prometheus helm kube-score
 	$(BIN)/python -m pytest -m integration
 
 test-system: deps kplane argo coredns
