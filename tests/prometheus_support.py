@@ -55,7 +55,9 @@ class Prometheus:
     def start(self) -> None:
         rules_file(self.workdir)
         config = {
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            # 2 s: a scrape of a busy controller on a loaded two-core machine may take over 1 s,
+            # and Prometheus' scrape timeout is at most the interval.
+            "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "1s"},
             "rule_files": ["signal-rules.yaml"],
             "scrape_configs": [
                 {"job_name": "signal-controller", "static_configs": [{"targets": self.targets}]},

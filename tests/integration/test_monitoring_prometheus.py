@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 RULE_TESTS = REPO / "deploy" / "monitoring" / "tests" / "rules-test.yaml"
 SCRIPTS = {
     # Participant 1 fails the first check: the Run ends Failed and holds both Nodes.
-    "flaky.sh": "#!/bin/sh\nif [ \"$SIGNAL_PARTICIPANT_INDEX\" = 1 ]; then echo 'XID 79' >&2; exit 1; fi\n",
+    # The check runs for 8 s, so that Prometheus scrapes the controller several times while the
+    # Run is Running (it ended within 2.3 s of its creation otherwise: between two scrapes).
+    "flaky.sh": "#!/bin/sh\nsleep 8\nif [ \"$SIGNAL_PARTICIPANT_INDEX\" = 1 ]; then echo 'XID 79' >&2; exit 1; fi\n",
     "nccl.sh": "#!/bin/sh\necho ok\n",
 }
 
@@ -109,8 +111,9 @@ async def test_prometheus_scrapes_the_controller_during_a_run(world: World, tmp_
         await prometheus.ready()
         await controller.start()
 
-        async def running() -> bool:
-            return _value(await prometheus.query('max(signal_runs{phase="Running"}) or vector(0)')) == 1
+        async def running() -> bool:  # at any scrape so far: the Run may end between two of them
+            seen = 'max(max_over_time(signal_runs{phase="Running"}[10m])) or vector(0)'
+            return _value(await prometheus.query(seen)) == 1
 
         await eventually(
             running, timeout=180, interval=1.0, what=f"a Running Run seen by Prometheus\n{controller.logs()}"
