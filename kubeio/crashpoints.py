@@ -17,6 +17,8 @@ def hit(name: str) -> None:
     hooks = testhooks.current()
     if hooks.crash_trace is None and not hooks.crash_at:
         return
+    if hooks.crash_scope and hooks.crash_scope not in name:
+        return  # another test's object on the shared cluster: not this test's sequence
     global _counter  # noqa: PLW0603 - one process-wide sequence of points
     _counter += 1
     if hooks.crash_trace is not None:

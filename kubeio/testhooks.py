@@ -19,6 +19,9 @@ class Hooks:
     """Append each crash point passed (``n<TAB>name``) to this file."""
     crash_at: int = 0
     """Exit at once (137, no clean-up, like SIGKILL) at the n-th crash point; 0: never."""
+    crash_scope: str = ""
+    """Count (trace, crash at) only the crash points whose name contains this text (a test's
+    namespace: its own objects' paths hold it); empty: every point."""
     renewal_dies_after: int = 0
     """The leader's renewal task raises after this many renewals; 0: never."""
     request_log: Path | None = None

@@ -5,6 +5,7 @@
 
 * ``SIGNAL_CRASH_TRACE=<file>``: record the crash points passed;
 * ``SIGNAL_CRASH_AT=<n>``: exit 137 at the n-th crash point;
+* ``SIGNAL_CRASH_SCOPE=<text>``: count only the crash points whose name contains it;
 * ``SIGNAL_FAULT_RENEWAL_DIES_AFTER=<n>``: the leader's renewal task dies after n renewals;
 * ``SIGNAL_REQUEST_LOG=<file>``: record every API request (benchmarks).
 
@@ -21,6 +22,7 @@ from kubeio import testhooks
 
 CRASH_TRACE_ENV = "SIGNAL_CRASH_TRACE"
 CRASH_AT_ENV = "SIGNAL_CRASH_AT"
+CRASH_SCOPE_ENV = "SIGNAL_CRASH_SCOPE"
 RENEWAL_FAULT_ENV = "SIGNAL_FAULT_RENEWAL_DIES_AFTER"
 REQUEST_LOG_ENV = "SIGNAL_REQUEST_LOG"
 
@@ -46,6 +48,7 @@ def hooks_from(environ: Mapping[str, str]) -> testhooks.Hooks:
     return testhooks.Hooks(
         crash_trace=path(CRASH_TRACE_ENV),
         crash_at=count(CRASH_AT_ENV),
+        crash_scope=environ.get(CRASH_SCOPE_ENV, ""),
         renewal_dies_after=count(RENEWAL_FAULT_ENV),
         request_log=path(REQUEST_LOG_ENV),
     )

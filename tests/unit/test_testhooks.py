@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kubeio import testhooks
+from kubeio import crashpoints, testhooks
 from localcluster import hooked
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,3 +96,20 @@ def test_arm_returns_what_it_replaced() -> None:
     finally:
         testhooks.arm(previous)
     assert testhooks.current() == testhooks.DISARMED
+
+
+def test_a_scoped_crash_counts_only_the_points_of_its_own_objects(tmp_path: Path) -> None:
+    """SIGNAL_CRASH_SCOPE: another test's objects on the shared cluster do not shift the count."""
+    trace = tmp_path / "trace.tsv"
+    previous = testhooks.arm(testhooks.Hooks(crash_trace=trace, crash_scope="crash-abc"))
+    try:
+        crashpoints.hit("before PATCH /api/v1/nodes/t-other-n0")
+        crashpoints.hit("before PATCH /api/v1/nodes/crash-abc-n0")
+        crashpoints.hit("before POST /api/v1/namespaces/default/events")
+        crashpoints.hit("after PATCH /api/v1/nodes/crash-abc-n0")
+    finally:
+        testhooks.arm(previous)
+    assert [line.split("\t")[1] for line in trace.read_text().splitlines()] == [
+        "before PATCH /api/v1/nodes/crash-abc-n0",
+        "after PATCH /api/v1/nodes/crash-abc-n0",
+    ]
