@@ -30,6 +30,7 @@ from shared import keys
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
 from tests.adapter_support import AdapterOutcome, check
 from tests.check_images import CheckImage, build_check_images, import_pinned
+from tests.controller_support import eventually
 from tests.integration.test_deploy_manifests import default_inputs
 from tests.policy_support import configure_adapter_workloads
 from tests.realnode_support import (
@@ -149,15 +150,29 @@ async def test_runtime_class_and_networks_from_the_allow_lists_reach_real_pods(
         real.cluster, real.admin, real.namespace, runtime_classes=name, networks="ib0", probe=probe
     )
     await world.setup_real(NODES[:1], {"plain.sh": PLAIN_SCRIPT}, [check("plain", "plain.sh", workload=workload)])
-    outcome = await world.adapter(0)
+    running = asyncio.create_task(world.adapter(0))
+    selector = f"{keys.RUN_UID_LABEL}={world.run['metadata']['uid']}"
+
+    async def created() -> Obj | None:  # seen while it exists: the adapter removes it at the end
+        pods = await world.pods(selector)
+        return pods[0] if pods else None
+
+    pod = await eventually(created, timeout=120, what="the check's backend Pod")
+    outcome = await running
     results = (await evidence_of(world, outcome))["results"]
     assert results["verdict"] == "Pass", results
-    (pod,) = await world.pods(f"{keys.RUN_UID_LABEL}={world.run['metadata']['uid']}")
     assert pod["spec"]["runtimeClassName"] == name
     assert pod["metadata"]["annotations"][keys.MULTUS_NETWORKS_ANNOTATION] == "ib0"
-    assert pod["status"]["phase"] == "Succeeded"
+    assert await world.pods(selector) == []
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="found 2026-12-07, not fixed: after the documented change the Pod is admitted with IPC_LOCK "
+    "added, but the check's process (uid 65532) has CapEff 0000000000000000 on a real containerd node: "
+    "added capabilities do not reach a non-root process's effective set (Kubernetes sets no ambient "
+    "capabilities); docs/operator-guide.md 'RDMA checks' says so",
+)
 async def test_ipc_lock_after_the_documented_rdma_change(real: RealCluster, world: RealWorld) -> None:
     rdma = {"capabilities": ["IPC_LOCK"]}
     await world.setup_real(NODES[:1], {"caps.sh": CAPS_SCRIPT}, [check("caps", "caps.sh", workload=rdma)])
