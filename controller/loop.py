@@ -190,10 +190,8 @@ class Controller:
             if stale_after_own_write(obj, self.ctx.written.get(key.name), monotonic()):
                 return RequeueAfter(STALE_RECHECK, progress=False)
             self.ctx.written.pop(key.name, None)
-            # One status write per pass: the end of a failure streak (ReconcileFailing=False,
-            # controller/failing.py) rides on the pass's own write, which starts from this view's
-            # conditions; only a pass that writes nothing writes it alone, after its work. A pass
-            # that fails leaves it True; a write that did not carry it is corrected next pass.
+            # One status write per pass: ReconcileFailing=False rides on the pass's own write
+            # (from this view's conditions); written alone only when the pass wrote nothing.
             cleared = recovered_conditions(obj.conditions, obj.generation, self.ctx.clock())
             if cleared is not None and not self.queue.failures(key):
                 obj = run_view({**obj.raw, "status": {**(obj.raw.get("status") or {}), "conditions": cleared}})

@@ -20,9 +20,10 @@ import pytest
 from adapter.workloads import backend_pod, mpijob
 from localcluster.cluster import LocalCluster
 from localcluster.install import configure_runner_image
-from localcluster.kube import KubeClient, resource_path
+from localcluster.kube import ApiError, KubeClient, resource_path
 from shared import keys
 from shared.profile import Check
+from tests.controller_support import eventually
 from tests.integration.test_adapter_admission_policy import (
     DENIED,
     RUNNER,
@@ -58,16 +59,20 @@ async def allow_check_images(admin: KubeClient, namespace: str, value: str | Non
 
 async def eventually_admitted(adapter: KubeClient, path: str, body: Obj) -> Obj:
     """Admitted once the admission plugin's cache has the Namespace change just written."""
-    import asyncio  # noqa: PLC0415
+    refusals: list[str] = []
 
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30.0
-    while True:
+    async def admitted() -> Obj | None:
         try:
             return await dry_run(adapter, path, body)
-        except Exception as error:
-            assert loop.time() < deadline, f"never admitted: {error}"
-        await asyncio.sleep(0.2)
+        except ApiError as error:
+            refusals.append(str(error))
+            return None
+
+    async def why() -> str:
+        return refusals[-1] if refusals else ""
+
+    result: Obj = await eventually(admitted, timeout=30.0, what="the dry-run admitted", explain=why)
+    return result
 
 
 # --- a check's own image, and the runner image, by digest ---------------------------------------

@@ -6,7 +6,6 @@ operator would make from it. With the component rendered into deploy/ (kustomize
 admitted, the adapter's MPIJob is admitted, and so are its Pods, while audit and warn stay
 ``restricted`` and every other rule of the policy still holds (a privileged worker is refused)."""
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys
 from shared.profile import CertificationProfile
 from shared.run import Participant
+from tests.controller_support import eventually
 from tests.integration.test_adapter_admission_policy import (
     ADMISSION,
     RUNNER,
@@ -132,15 +132,19 @@ async def test_the_nccl_example_is_admissible_with_the_component_and_not_without
     live = await admin.get(resource_path(ADMISSION, "validatingadmissionpolicies", name=name))
     policy["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"]
     await admin.request("PUT", resource_path(ADMISSION, "validatingadmissionpolicies", name=name), body=policy)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 30
-    while True:
+    refusals: list[str] = []
+
+    async def in_force() -> Obj | None:
         try:
-            admitted = await dry_run(policed, mpijobs_path(namespace), job)
-            break
+            return await dry_run(policed, mpijobs_path(namespace), job)
         except ApiError as error:
-            assert loop.time() < deadline, f"the component's policy never took effect: {error}"
-        await asyncio.sleep(0.2)
+            refusals.append(str(error))
+            return None
+
+    async def why() -> str:
+        return refusals[-1] if refusals else ""
+
+    admitted = await eventually(in_force, timeout=30, what="the component's policy in force", explain=why)
     worker = admitted["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     assert worker["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
     await dry_run(admin, pods_path(namespace), worker_pod(job, namespace))
