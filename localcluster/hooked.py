@@ -27,7 +27,7 @@ RENEWAL_FAULT_ENV = "SIGNAL_FAULT_RENEWAL_DIES_AFTER"
 REQUEST_LOG_ENV = "SIGNAL_REQUEST_LOG"
 
 PROGRAMS = {
-    "signal-controller": "controller.main",
+    "signal-controller": "controller.process.main",
     "signal-adapter": "adapter.main",
     "signal-portal": "portal.main",
 }

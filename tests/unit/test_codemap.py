@@ -26,7 +26,7 @@ def test_the_check_names_a_module_the_map_misses(
     codemap = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(codemap)
     text = codemap.render()
-    row = next(line for line in text.splitlines() if line.startswith("| `controller/runs.py` |"))
+    row = next(line for line in text.splitlines() if line.startswith("| `controller/reconcile/runs.py` |"))
     stale = tmp_path / "code-map.md"
     stale.write_text(text.replace(row + "\n", ""))
     monkeypatch.setattr(codemap, "TARGET", stale)

@@ -16,10 +16,14 @@ def _contracts() -> list[dict[str, object]]:
     return contracts
 
 
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts)
+
+
 def test_every_controller_module_is_in_a_layer() -> None:
     layered = next(c for c in _contracts() if str(c["name"]).startswith("Controller layers"))
     named = {m.strip() for layer in layered["layers"] for m in str(layer).replace("|", ":").split(":")}  # type: ignore[attr-defined]
-    modules = {f"controller.{p.stem}" for p in (REPO / "controller").glob("*.py") if p.stem != "__init__"}
+    modules = {_module(p) for p in (REPO / "controller").rglob("*.py") if p.stem != "__init__"}
     assert sorted(modules - named) == [], "controller modules in no layer of pyproject.toml's contract"
     assert sorted(named - modules) == [], "layers naming modules that do not exist"
 
@@ -29,8 +33,8 @@ def test_every_controller_module_that_says_it_is_pure_is_in_the_pure_contract() 
     listed = set(pure["source_modules"])  # type: ignore[arg-type]
     # "Pure" about the module, not "Pure: ``f``, ``g``" about some of an I/O module's functions
     said = {
-        f"controller.{p.stem}"
-        for p in (REPO / "controller").glob("*.py")
+        _module(p)
+        for p in (REPO / "controller").rglob("*.py")
         if p.stem != "__init__" and re.search(r"\bPure\b(?!: ``)", ast.get_docstring(ast.parse(p.read_text())) or "")
     }
     assert sorted(said - listed) == [], "modules whose docstring says Pure but that lint-imports does not hold to it"
