@@ -1,3 +1,4 @@
-"""The controller process: the entry point (``signal-controller``), the start-up check of its
-admission policies, leader election, the reconcile loop that hands each key to
-``controller.reconcile``, and the HTTP probes and metrics endpoint."""
+"""The controller process (the top layer): entry point, policy check, leadership, loop, probes.
+``signal-controller`` starts here (``main``): it proves its admission policies are in force,
+elects a leader, and runs the reconcile loop, which hands each key to ``controller.reconcile``;
+the probes serve ``/metrics``, ``/healthz`` and ``/readyz``."""

@@ -40,6 +40,7 @@ from controller.reconcile.reassert import reassert_projections
 from controller.reconcile.recovery import each_pass, recover
 from controller.reconcile.runs import reconcile_run
 from controller.reconcile.state import Context, NotLeader, log
+from controller.rules import affected
 from controller.rules.ledger import LedgerError
 from controller.rules.nodes import NodeView
 from controller.rules.queuekeys import GROUPS, Key, Kind
@@ -56,7 +57,6 @@ from controller.rules.workqueue import (
 )
 from kubeio.client import Obj
 from kubeio.errors import ApiError, Conflict, NotFound
-from shared import keys
 
 FATAL = (NotLeader,)
 MAX_FAILURES = 5
@@ -70,10 +70,6 @@ def _version(obj: Any) -> str:
     if isinstance(obj, dict):
         return str((obj.get("metadata") or {}).get("resourceVersion") or "")
     return ""
-
-
-def _generation(obj: Obj | None) -> object:
-    return ((obj or {}).get("metadata") or {}).get("generation")
 
 
 class Controller:
@@ -95,48 +91,23 @@ class Controller:
         self.queue.on_wait = lambda key, waited: metrics.QUEUE_SECONDS.labels(key.kind.value).observe(waited)
         self.queue.on_retry = lambda key: metrics.QUEUE_RETRIES.labels(key.kind.value).inc()
 
-    # -- what a change affects -----------------------------------------------------------
+    # -- what a change affects (controller/rules/affected.py) -----------------------------
 
     def _on_run(self, key: str, old: RunView | None, new: RunView | None) -> None:
-        name = key.rpartition("/")[2]
-        self.queue.add(Key(Kind.RUN, name))
-        if old is None or new is None or old.phase != new.phase:
-            for view in (old, new):
-                if view is not None and view.profile_name:
-                    self.queue.add(Key(Kind.PROFILE, view.profile_name))
-            self.queue.add(GROUPS)
+        self._add(affected.by_run(key, old, new))
 
     def _on_profile(self, key: str, old: Obj | None, new: Obj | None) -> None:
-        name = key.rpartition("/")[2]
-        self.queue.add(Key(Kind.PROFILE, name))
-        if _generation(old) != _generation(new):
-            for run in self.ctx.runs.items.values():
-                if run.profile_name == name:
-                    self.queue.add(Key(Kind.RUN, run.name))
+        self._add(affected.by_profile(key, old, new, self.ctx.runs.items.values()))
 
     def _on_node(self, key: str, old: NodeView | None, new: NodeView | None) -> None:
-        for view in (old, new):
-            if view is None:
-                continue
-            requested = view.labels.get(keys.CERTIFY_LABEL)
-            if requested:
-                self.queue.add(Key(Kind.PROFILE, requested))
-            held = view.reservation
-            if held is not None and held.run_name and held.run_namespace == self.ctx.namespace:
-                self.queue.add(Key(Kind.RUN, held.run_name))
-        if (old.reservation if old else None) != (new.reservation if new else None):
-            # A freed or taken Node changes every budget and the orphan picture.
-            for profile in self.ctx.profiles.items:
-                self.queue.add(Key(Kind.PROFILE, profile.rpartition("/")[2]))
-            self.queue.add(GROUPS)
+        self._add(affected.by_node(old, new, namespace=self.ctx.namespace, profiles=self.ctx.profiles.items))
 
     def _on_workflow(self, key: str, old: Obj | None, new: Obj | None) -> None:
-        for obj in (old, new):
-            labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
-            if labels.get(keys.RUN_NAME_LABEL):
-                self.queue.add(Key(Kind.RUN, str(labels[keys.RUN_NAME_LABEL])))
-        if old is None or new is None:
-            self.queue.add(GROUPS)
+        self._add(affected.by_workflow(old, new))
+
+    def _add(self, keys: Iterable[Key]) -> None:
+        for key in keys:
+            self.queue.add(key)
 
     def close(self) -> None:
         """Stop listening to the caches (the caches outlive a term of leadership)."""

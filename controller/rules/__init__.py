@@ -1,4 +1,5 @@
-"""Pure decisions and views of the controller: functions of plain data and ``now`` (Nodes,
-Runs and profiles as parsed views, the ledger, the objects to write, the next action, the
-work queue's keys and results), table-tested, importing no I/O library (the import contract
-"Pure decision modules import no I/O library") and nothing else of the controller."""
+"""Pure decisions and views of the controller (the lowest layer). Functions of plain data and
+``now``: Nodes, Runs and profiles as parsed views, selection and budgets, the ledger, the
+objects to write, a Run's next action, the keys a change affects, the work queue and its
+results. Table-tested; they import no I/O library (the import contract "Pure decision modules
+import no I/O library") and nothing of ``controller.reconcile`` or ``controller.process``."""
