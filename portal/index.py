@@ -3,7 +3,8 @@ portal/sources.py and swapped atomically, queried by portal/api.py. Pure; no I/O
 
 Results are kept sorted by their key (workspace, Node, profile, check, Run uid); each entry
 holds its envelope pre-serialised (without ``details``, which is shared per check and only
-served in the detail view), so a page is a slice and a join. Visibility (the caller's
+served in the detail view) in the compact form of portal/compact.py (segments shared between
+the results of a Run, key strings interned), so a page is a slice and a join. Visibility (the caller's
 sight: authorized workspaces, and whether they may list Nodes and profiles) is applied to every
 query; nothing outside it is counted or hinted.
 """
@@ -14,8 +15,10 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
+from portal.compact import Packer, Segments, intern, join, joined
 from portal.health import NodeHealth
 from portal.pagination import Key
 from portal.sight import Sight
@@ -38,23 +41,30 @@ class Entry:
     state: str
     created: str
     """The Run's creation time (RFC 3339), to find the newest result of a Node's check."""
-    summary: bytes
-    """The envelope as JSON, without ``details``."""
+    segments: Segments
+    """The envelope as JSON, without ``details``, in segments (portal/compact.py)."""
     details_schema: str | None
     details: Any
+
+    @property
+    def summary(self) -> bytes:
+        """The envelope as JSON, without ``details``."""
+        return join(self.segments)
 
     @property
     def check_type(self) -> str:
         return f"{self.key[2]}/{self.key[3]}"
 
 
-def entry_of(result: ValidationResult) -> Entry:
-    summary = result.model_dump_json(by_alias=True, exclude={"details"})
+def entry_of(result: ValidationResult, packer: Packer | None = None) -> Entry:
+    """One result's entry; results packed by the same ``packer`` (one Run's) share segments."""
+    summary = result.model_dump_json(by_alias=True, exclude={"details"}).encode()
+    key = (result.scope.workspace, result.target.name, result.check.profile, result.check.name, result.run.uid)
     return Entry(
-        key=(result.scope.workspace, result.target.name, result.check.profile, result.check.name, result.run.uid),
+        key=(intern(key[0]), intern(key[1]), intern(key[2]), intern(key[3]), intern(key[4])),
         state=result.state.value,
-        created=result.run.created.isoformat() if result.run.created else "",
-        summary=summary.encode(),
+        created=intern(result.run.created.isoformat()) if result.run.created else "",
+        segments=(packer or Packer()).pack(summary),
         details_schema=result.details_schema,
         details=result.details,
     )
@@ -121,39 +131,58 @@ class Index:
     def __post_init__(self) -> None:
         """Everything a query needs, computed once per snapshot (portal/sources.py builds
         snapshots off the event loop): queries only slice it by the caller's sight."""
-        self.entries = sorted(self.entries, key=lambda e: e.key)
+        self.entries = sorted(self.entries, key=_KEY)
         self._keys = [e.key for e in self.entries]
         self._by_node: dict[str, list[Entry]] = {}
-        for entry in self.entries:
-            self._by_node.setdefault(entry.key[1], []).append(entry)
-        self.workspaces = frozenset(e.key[0] for e in self.entries)
         self._types: dict[str, set[tuple[str, str]]] = {}
+        self._totals: dict[str, dict[str, int]] = {}
         # Per check type: per Node, the newest result of each workspace, newest first; and
         # how many results each workspace has. The fleet view of any set of workspaces is a
-        # slice of these.
-        newest: dict[str, dict[str, dict[str, Entry]]] = {}
-        self._totals: dict[str, dict[str, int]] = {}
+        # slice of these. The entries are sorted, so one (workspace, Node, check type)'s
+        # results are adjacent: the newest of each such run is kept, nothing per pair else.
+        newest: dict[str, dict[str, list[Entry]]] = {}
+        type_ids: dict[tuple[str, str], str] = {}
+        held: Entry | None = None
         for entry in self.entries:
-            workspace, node = entry.key[0], entry.key[1]
-            self._types.setdefault(workspace, set()).add((entry.key[2], entry.key[3]))
-            totals = self._totals.setdefault(entry.check_type, {})
+            workspace, node, profile, name, _ = entry.key
+            mine = self._by_node.get(node)
+            if mine is None:
+                mine = self._by_node[node] = []
+            mine.append(entry)
+            check_type = type_ids.get((profile, name))
+            if check_type is None:
+                check_type = type_ids[(profile, name)] = entry.check_type
+            types = self._types.get(workspace)
+            if types is None:
+                types = self._types[workspace] = set()
+            types.add((profile, name))
+            totals = self._totals.setdefault(check_type, {})
             totals[workspace] = totals.get(workspace, 0) + 1
-            per_workspace = newest.setdefault(entry.check_type, {}).setdefault(node, {})
-            held = per_workspace.get(workspace)
-            if held is None or _newer(entry, held):
-                per_workspace[workspace] = entry
-        self._newest: dict[str, dict[str, list[Entry]]] = {
+            if held is not None and held.key[:4] == entry.key[:4]:
+                if _newer(entry, held):
+                    newest[check_type][node][-1] = held = entry
+                continue
+            held = entry
+            per_node = newest.setdefault(check_type, {})
+            found = per_node.get(node)
+            if found is None:
+                per_node[node] = [entry]
+            else:
+                found.append(entry)
+        self.workspaces = frozenset(self._types)
+        self._newest: dict[str, dict[str, tuple[Entry, ...]]] = {
             check_type: {
-                node: sorted(found.values(), key=lambda e: (e.created, e.key[4]), reverse=True)
+                node: (found[0],) if len(found) == 1 else tuple(sorted(found, key=_age, reverse=True))
                 for node, found in per_node.items()
             }
             for check_type, per_node in newest.items()
         }
+        del newest
         # The fleet view of every workspace (a fleet operator's, and the dashboard's usual
         # one), worst first, computed with the snapshot: its first answer is then a slice.
         self._everything: dict[str, tuple[dict[str, int], list[Entry]]] = {}
-        for check_type, per_node in self._newest.items():
-            newest_each = sorted((candidates[0] for candidates in per_node.values()), key=_fleet_rank)
+        for check_type, candidates_of in self._newest.items():
+            newest_each = sorted((candidates[0] for candidates in candidates_of.values()), key=_fleet_rank)
             self._everything[check_type] = (_counts(newest_each), newest_each)
         self._fleets: dict[tuple[frozenset[str], bool, bool, int], bytes] = {}
 
@@ -243,11 +272,11 @@ class Index:
         worst state first, then by Node name; and the health of the Nodes in those rows (to a
         caller who may list Nodes). A slice of what the snapshot precomputed, cached per sight;
         CPU-bound at fleet scale, so portal/api.py calls it off the event loop."""
-        seen = frozenset(w for w in self.workspaces if sight.workspace(w))
-        cache_key = (seen, sight.nodes, sight.profiles, rows)
+        cache_key = self._fleet_key(sight, rows)
         cached = self._fleets.get(cache_key)
         if cached is not None:
             return cached
+        seen = cache_key[0]
         everything = seen == self.workspaces
         items = []
         shown: set[str] = set()
@@ -269,6 +298,14 @@ class Index:
             self._fleets.clear()
         self._fleets[cache_key] = body
         return body
+
+    def _fleet_key(self, sight: Sight, rows: int) -> tuple[frozenset[str], bool, bool, int]:
+        seen = frozenset(w for w in self.workspaces if sight.workspace(w))
+        return seen, sight.nodes, sight.profiles, rows
+
+    def cached_fleet(self, sight: Sight, rows: int) -> bytes | None:
+        """What :meth:`fleet` answers, when this snapshot has made it for this sight already."""
+        return self._fleets.get(self._fleet_key(sight, rows))
 
     def _fleet_of(self, check_type: str, seen: frozenset[str], rows: int) -> tuple[int, dict[str, int], list[Entry]]:
         """One check's fleet for some of the workspaces: per Node its newest result in them;
@@ -314,6 +351,14 @@ def _counts(entries: Iterable[Entry]) -> dict[str, int]:
     return counts
 
 
+_KEY = attrgetter("key")
+
+
+def _age(entry: Entry) -> tuple[str, str]:
+    """A result's place among its Node's results of one check: the Run's creation, then its uid."""
+    return entry.created, entry.key[4]
+
+
 def _newer(entry: Entry, than: Entry) -> bool:
     """Whether ``entry`` comes from a later Run: by the Run's creation, then its uid."""
     return (entry.created, entry.key[4]) > (than.created, than.key[4])
@@ -325,4 +370,4 @@ def _from(entries: list[Entry], start: int) -> Iterable[Entry]:
 
 
 def render_page(entries: list[Entry]) -> bytes:
-    return b"[" + b",".join(e.summary for e in entries) + b"]"
+    return b"[" + joined(e.segments for e in entries) + b"]"

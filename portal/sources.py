@@ -35,6 +35,7 @@ from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import ApiError, Forbidden, NotFound
 from kubeio.informer import Informer
 from portal import metrics
+from portal.compact import Packer
 from portal.evidence_cache import DEFAULT_MAX_BYTES, EvidenceCache
 from portal.freshness import judged
 from portal.health import NodeHealth, node_health
@@ -266,11 +267,12 @@ class Sources:
     ) -> tuple[list[Entry], datetime]:
         """The entries of one Run's results, and until when they stay valid (freshness)."""
         built, valid_until = [], FAR
+        packer = Packer()  # one Run's results share their repeated JSON (portal/compact.py)
         for result in derived:
             final = judged(result, current_node_uid=node_uids.get(result.target.name), now=now, window=window)
             if final.state in {State.PASSED, State.FAILED} and final.finished_at is not None and window is not None:
                 valid_until = min(valid_until, final.finished_at + window)
-            built.append(entry_of(final))
+            built.append(entry_of(final, packer))
         return built, valid_until
 
     async def _run_entries(
