@@ -1,73 +1,47 @@
-"""The portal's in-memory index of classified results: an immutable snapshot, rebuilt by
-portal/sources.py and swapped atomically, queried by portal/api.py. Pure; no I/O.
+"""The portal's in-memory index of classified results: an immutable snapshot, updated by
+portal/sources.py for the Runs that changed (``Index.updated``) and swapped atomically, queried
+by portal/api.py. Pure; no I/O.
 
-Results are kept sorted by their key (workspace, Node, profile, check, Run uid); each entry
-holds its envelope pre-serialised (without ``details``, which is shared per check and only
-served in the detail view) in the compact form of portal/compact.py (segments shared between
-the results of a Run, key strings interned), so a page is a slice and a join. Visibility (the caller's
-sight: authorized workspaces, and whether they may list Nodes and profiles) is applied to every
-query; nothing outside it is counted or hinted.
+Results are kept sorted by their key (workspace, Node, profile, check, Run uid), each one an
+entry of portal/entries.py (its envelope pre-serialised, compact), so a page is a slice and a
+join. Visibility (the caller's sight: authorized workspaces, and whether they may list Nodes and
+profiles) is applied to every query; nothing outside it is counted or hinted.
 """
 
 import bisect
+import copy
 import heapq
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from operator import attrgetter
 from typing import Any
 
-from portal.compact import Packer, Segments, intern, join, joined
+from portal.entries import (
+    FLEET_ORDER,
+    KEY,
+    Entry,
+    age,
+    edited,
+    entry_of,
+    fleet_rank,
+    newer,
+    newest_each,
+    render_page,
+)
+from portal.entries import counts as _counts
 from portal.health import NodeHealth
 from portal.pagination import Key
 from portal.sight import Sight
-from shared.envelope import State, ValidationResult
+from shared.envelope import State
 
 Visible = Callable[[str], bool]
-FLEET_ORDER: Mapping[str, int] = {
-    state.value: rank
-    for rank, state in enumerate([State.FAILED, State.UNKNOWN, State.STALE, State.RUNNING, State.PASSED])
-}
-"""The fleet view lists a check's Nodes worst first: what needs attention comes first."""
 FLEET_CACHE = 8
 """Fleet answers kept per snapshot (one per distinct set of visible workspaces; ~2 MiB each at
 10 checks x 200 rows)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    key: Key
-    state: str
-    created: str
-    """The Run's creation time (RFC 3339), to find the newest result of a Node's check."""
-    segments: Segments
-    """The envelope as JSON, without ``details``, in segments (portal/compact.py)."""
-    details_schema: str | None
-    details: Any
-
-    @property
-    def summary(self) -> bytes:
-        """The envelope as JSON, without ``details``."""
-        return join(self.segments)
-
-    @property
-    def check_type(self) -> str:
-        return f"{self.key[2]}/{self.key[3]}"
-
-
-def entry_of(result: ValidationResult, packer: Packer | None = None) -> Entry:
-    """One result's entry; results packed by the same ``packer`` (one Run's) share segments."""
-    summary = result.model_dump_json(by_alias=True, exclude={"details"}).encode()
-    key = (result.scope.workspace, result.target.name, result.check.profile, result.check.name, result.run.uid)
-    return Entry(
-        key=(intern(key[0]), intern(key[1]), intern(key[2]), intern(key[3]), intern(key[4])),
-        state=result.state.value,
-        created=intern(result.run.created.isoformat()) if result.run.created else "",
-        segments=(packer or Packer()).pack(summary),
-        details_schema=result.details_schema,
-        details=result.details,
-    )
+REBUILD_ABOVE = 0.25
+"""An update touching more than this share of the results builds the snapshot anew instead."""
+__all__ = ["FLEET_ORDER", "Entry", "Filters", "Index", "RegisteredCheck", "entry_of", "render_page"]
 
 
 @dataclass(frozen=True)
@@ -131,7 +105,7 @@ class Index:
     def __post_init__(self) -> None:
         """Everything a query needs, computed once per snapshot (portal/sources.py builds
         snapshots off the event loop): queries only slice it by the caller's sight."""
-        self.entries = sorted(self.entries, key=_KEY)
+        self.entries = sorted(self.entries, key=KEY)
         self._keys = [e.key for e in self.entries]
         self._by_node: dict[str, list[Entry]] = {}
         self._types: dict[str, set[tuple[str, str]]] = {}
@@ -159,7 +133,7 @@ class Index:
             totals = self._totals.setdefault(check_type, {})
             totals[workspace] = totals.get(workspace, 0) + 1
             if held is not None and held.key[:4] == entry.key[:4]:
-                if _newer(entry, held):
+                if newer(entry, held):
                     newest[check_type][node][-1] = held = entry
                 continue
             held = entry
@@ -172,7 +146,7 @@ class Index:
         self.workspaces = frozenset(self._types)
         self._newest: dict[str, dict[str, tuple[Entry, ...]]] = {
             check_type: {
-                node: (found[0],) if len(found) == 1 else tuple(sorted(found, key=_age, reverse=True))
+                node: (found[0],) if len(found) == 1 else tuple(sorted(found, key=age, reverse=True))
                 for node, found in per_node.items()
             }
             for check_type, per_node in newest.items()
@@ -182,9 +156,99 @@ class Index:
         # one), worst first, computed with the snapshot: its first answer is then a slice.
         self._everything: dict[str, tuple[dict[str, int], list[Entry]]] = {}
         for check_type, candidates_of in self._newest.items():
-            newest_each = sorted((candidates[0] for candidates in candidates_of.values()), key=_fleet_rank)
-            self._everything[check_type] = (_counts(newest_each), newest_each)
+            ordered = sorted((candidates[0] for candidates in candidates_of.values()), key=fleet_rank)
+            self._everything[check_type] = (_counts(ordered), ordered)
         self._fleets: dict[tuple[frozenset[str], bool, bool, int], bytes] = {}
+
+    def updated(
+        self,
+        removed: Sequence[Entry],
+        added: Sequence[Entry],
+        *,
+        checks: list[RegisteredCheck],
+        node_uids: Mapping[str, str],
+        built_at: datetime | None,
+        nodes: Mapping[str, NodeHealth],
+    ) -> "Index":
+        """A new snapshot: this one without ``removed`` (entries of this one) and with ``added``,
+        equal to one built from its entries, made by editing copies of only what they touch
+        (this snapshot stays as it is: queries may be reading it). The sorted results are cut and
+        joined, not re-sorted; per Node, check type and workspace only the touched ones are
+        computed again. A large change, or a ``removed`` entry this snapshot does not hold,
+        builds the snapshot anew."""
+        gone = {id(e) for e in removed}
+        drops = [bisect.bisect_left(self._keys, e.key) for e in removed]
+        held = all(p < len(self.entries) and self.entries[p] is e for p, e in zip(drops, removed, strict=True))
+        if not held or len(removed) + len(added) > REBUILD_ABOVE * max(1, len(self.entries)):
+            kept = (e for e in self.entries if id(e) not in gone)
+            return Index([*kept, *added], checks=checks, node_uids=node_uids, built_at=built_at, nodes=nodes)
+        new = copy.copy(self)
+        new.checks, new.node_uids, new.built_at, new.nodes = checks, node_uids, built_at, nodes
+        new._fleets = {}
+        fresh = sorted(added, key=KEY)
+        places = [(bisect.bisect_left(self._keys, e.key), e) for e in fresh]
+        new.entries = edited(self.entries, drops, places)
+        new._keys = edited(self._keys, drops, [(p, e.key) for p, e in places])
+        touched = {e.key[1] for e in removed} | {e.key[1] for e in fresh}
+        new._by_node = dict(self._by_node)
+        for node in touched:
+            mine = [e for e in self._by_node.get(node, []) if id(e) not in gone]
+            mine = sorted([*mine, *(e for e in fresh if e.key[1] == node)], key=KEY)
+            if mine:
+                new._by_node[node] = mine
+            else:
+                new._by_node.pop(node, None)
+        new._count(removed, fresh)
+        new._edit_fleet(self, {(e.check_type, e.key[1]) for e in [*removed, *fresh]})
+        return new
+
+    def _count(self, removed: Sequence[Entry], added: Sequence[Entry]) -> None:
+        """(In an update, on the new snapshot.) Results per check type and workspace, and the
+        check types of each workspace, less ``removed`` and with ``added``."""
+        self._totals = {check_type: dict(per) for check_type, per in self._totals.items()}
+        for entry, step in [*((e, -1) for e in removed), *((e, 1) for e in added)]:
+            per = self._totals.setdefault(entry.check_type, {})
+            per[entry.key[0]] = per.get(entry.key[0], 0) + step
+            if not per[entry.key[0]]:
+                del per[entry.key[0]]
+        self._totals = {check_type: per for check_type, per in self._totals.items() if per}
+        self._types = {}
+        for check_type, per in self._totals.items():
+            profile, name = check_type.split("/", 1)  # a profile's name holds no "/"
+            for workspace in per:
+                self._types.setdefault(workspace, set()).add((profile, name))
+        self.workspaces = frozenset(self._types)
+
+    def _edit_fleet(self, old: "Index", pairs: set[tuple[str, str]]) -> None:
+        """(In an update, on the new snapshot.) The newest results of the touched (check type,
+        Node) pairs computed again from the Node's results, and the precomputed fleet of every
+        workspace edited where a Node's newest result changed; copies of ``old``'s tables."""
+        self._newest, self._everything = dict(old._newest), dict(old._everything)
+        copied: set[str] = set()
+        for check_type, node in sorted(pairs):
+            if check_type not in copied:
+                copied.add(check_type)
+                self._newest[check_type] = dict(old._newest.get(check_type, {}))
+                tallies, ordered = old._everything.get(check_type, (_counts([]), []))
+                self._everything[check_type] = (dict(tallies), list(ordered))
+            per_node = self._newest[check_type]
+            tallies, ordered = self._everything[check_type]
+            before = per_node.get(node)
+            after = newest_each(e for e in self._by_node.get(node, []) if e.check_type == check_type)
+            if after:
+                per_node[node] = after
+            else:
+                per_node.pop(node, None)
+            if before is not None and (not after or before[0] is not after[0]):
+                at = bisect.bisect_left(ordered, fleet_rank(before[0]), key=fleet_rank)
+                del ordered[at]
+                tallies[before[0].state] -= 1
+            if after and (before is None or before[0] is not after[0]):
+                bisect.insort(ordered, after[0], key=fleet_rank)
+                tallies[after[0].state] += 1
+        for check_type in copied:
+            if not self._newest[check_type]:
+                del self._newest[check_type], self._everything[check_type]
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -241,7 +305,7 @@ class Index:
         newest: dict[str, Entry] = {}
         for entry in mine:
             held = newest.get(entry.check_type)
-            if held is None or _newer(entry, held):
+            if held is None or newer(entry, held):
                 newest[entry.check_type] = entry
         rows = []
         registered = {c.id for c in self.checks}
@@ -315,7 +379,7 @@ class Index:
             chosen = next((e for e in candidates if e.key[0] in seen), None)
             if chosen is not None:
                 per_node.append(chosen)
-        return len(per_node), _counts(per_node), heapq.nsmallest(rows, per_node, key=_fleet_rank)
+        return len(per_node), _counts(per_node), heapq.nsmallest(rows, per_node, key=fleet_rank)
 
     def visible_checks(self, sight: Sight) -> list[dict[str, Any]]:
         """Check types with visible results; and, to a caller who may list profiles, every
@@ -338,36 +402,6 @@ class Index:
         return [rows[k] for k in sorted(rows)]
 
 
-def _fleet_rank(entry: Entry) -> tuple[int, str]:
-    """The fleet view's order: worst state first, then by Node name."""
-    return FLEET_ORDER[entry.state], entry.key[1]
-
-
-def _counts(entries: Iterable[Entry]) -> dict[str, int]:
-    """How many of ``entries`` are in each state (every state named, 0 where none)."""
-    counts = {state.value: 0 for state in State}
-    for entry in entries:
-        counts[entry.state] += 1
-    return counts
-
-
-_KEY = attrgetter("key")
-
-
-def _age(entry: Entry) -> tuple[str, str]:
-    """A result's place among its Node's results of one check: the Run's creation, then its uid."""
-    return entry.created, entry.key[4]
-
-
-def _newer(entry: Entry, than: Entry) -> bool:
-    """Whether ``entry`` comes from a later Run: by the Run's creation, then its uid."""
-    return (entry.created, entry.key[4]) > (than.created, than.key[4])
-
-
 def _from(entries: list[Entry], start: int) -> Iterable[Entry]:
     for position in range(start, len(entries)):
         yield entries[position]
-
-
-def render_page(entries: list[Entry]) -> bytes:
-    return b"[" + joined(e.segments for e in entries) + b"]"
