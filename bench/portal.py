@@ -1,7 +1,8 @@
 """Benchmark (issue 6; issue 47 goal 4, the portal at 1.5 million results): the portal's result
 listing and fleet view through the real HTTP handler (aiohttp, loopback), without an API server:
 the index is built directly from synthetic envelopes (classified and packed per Run, as
-portal/sources.py builds them; Runs of 2 Nodes, digests of their own).
+portal/sources.py builds them; Runs of ``--run-nodes`` Nodes, 64 by default as the design's Run,
+digests of their own, start and finish times of each result its own).
 
 Prints: the time to make the entries (per Run, cached across snapshots by portal/sources.py) and
 to build a snapshot; the resident memory before and after, and at its peak; p50 and p99 of a
@@ -20,7 +21,7 @@ Also runs at 1/``--factor`` of the Nodes first and prints the growth. Sizes: the
 million is ``--nodes 100000`` (``make bench BENCH_ARGS_PORTAL="--nodes 100000"``, or this file
 alone: a few minutes on two shared cores, most of it making the synthetic envelopes).
 
-    .venv/bin/python bench/portal.py [--nodes 10000] [--checks 15] [--requests 300] [--factor 10]
+    .venv/bin/python bench/portal.py [--nodes 10000] [--checks 15] [--requests 300] [--factor 10] [--run-nodes 64]
 """
 
 import argparse
@@ -94,9 +95,12 @@ class Floor:
         return (self.size + len(self._stream.flush())) / 2**20
 
 
-def synthetic(nodes: int, checks: int, floor: Floor | None = None, run_prefix: str = "") -> list[Entry]:
+def synthetic(
+    nodes: int, checks: int, floor: Floor | None = None, run_prefix: str = "", run_nodes: int = 64
+) -> list[Entry]:
     """One envelope per (Node, check): mostly verified passes, some failures, old and broken ones;
-    Runs of 2 Nodes, each with digests of its own (as real Runs have). Each Run's results are
+    Runs of ``run_nodes`` Nodes, each with digests of its own (as real Runs have), each result
+    with its own start and finish (as each runner's are). Each Run's results are
     packed together, as portal/sources.py packs them. ``floor``, when given, is fed every
     result's JSON (the memory floor: the results' information, compressed as one stream).
     ``run_prefix``: newer Runs of the first Nodes (a change), whose first check fails."""
@@ -109,20 +113,21 @@ def synthetic(nodes: int, checks: int, floor: Floor | None = None, run_prefix: s
     packer = Packer()
     for n in range(nodes):
         node = f"gpu-{n:06d}"
-        run_uid = f"{run_prefix}{n // 2:08d}-run"
-        if n % 2 == 0:
+        run_uid = f"{run_prefix}{n // run_nodes:08d}-run"
+        if n % run_nodes == 0:
             packer = Packer()
         run_digest = "sha256:" + hashlib.sha256(run_uid.encode()).hexdigest()
         run = RunRef.model_construct(
             namespace="signal-system",
-            name=f"fleet-{n // 2}",
+            name=f"fleet-{n // run_nodes}",
             uid=run_uid,
             attempt=1,
             phase=Phase.FAILED if n % 50 == 0 else Phase.SUCCEEDED,
             created=NOW - timedelta(hours=1 if run_prefix else 2),
         )
         for c in range(checks):
-            finished = NOW - (timedelta(days=9) if n % 97 == 0 else timedelta(hours=1))
+            finished = NOW - (timedelta(days=9) if n % 97 == 0 else timedelta(hours=1)) + timedelta(seconds=c * 30)
+            finished += timedelta(microseconds=n * 1777 % 999_983)  # each runner's own moment
             result = ValidationResult.model_construct(
                 schema_=ENVELOPE_SCHEMA,
                 id=result_id("signal-system", node, "fleet", f"check-{c:02d}", run_uid),
@@ -130,8 +135,8 @@ def synthetic(nodes: int, checks: int, floor: Floor | None = None, run_prefix: s
                 version=versions,
                 run=run,
                 scope=scope,
-                target=TargetNode.model_construct(name=node, uid=f"uid-{n}", index=n % 2),
-                started_at=finished - timedelta(minutes=5),
+                target=TargetNode.model_construct(name=node, uid=f"uid-{n}", index=n % run_nodes),
+                started_at=finished - timedelta(seconds=25, microseconds=n * 7919 % 999_983),
                 finished_at=finished,
                 observed_at=NOW,
                 state=State.UNKNOWN,
@@ -141,7 +146,7 @@ def synthetic(nodes: int, checks: int, floor: Floor | None = None, run_prefix: s
                 verification=missing if n % 211 == 0 else verified,
                 cleanup=CleanupState.COMPLETE,
                 evidence=EvidenceDigests.model_construct(
-                    config_map=f"fleet-{n // 2}-evidence",
+                    config_map=f"fleet-{n // run_nodes}-evidence",
                     run_digest=run_digest,
                     check_digest="sha256:" + hashlib.sha256(f"{run_uid}/{c}".encode()).hexdigest(),
                 ),
@@ -245,18 +250,18 @@ async def alternating(
     )
 
 
-def changed(index: Index, checks: int) -> tuple[list[Entry], list[Entry]]:
+def changed(index: Index, checks: int, run_nodes: int) -> tuple[list[Entry], list[Entry]]:
     """A change as portal/sources.py sees one: the first Run's results gone (removed, or
-    classified again) and a newer Run of the same 2 Nodes, whose first check fails."""
+    classified again) and a newer Run of the same Nodes, whose first check fails."""
     removed = [e for e in index.entries if e.key[4] == "00000000-run"]
-    return removed, synthetic(2, checks, run_prefix="changed-")
+    return removed, synthetic(run_nodes, checks, run_prefix="changed-", run_nodes=run_nodes)
 
 
-def main(nodes: int, checks: int, requests: int, factor: int) -> None:
+def main(nodes: int, checks: int, requests: int, factor: int, run_nodes: int) -> None:
     began = time.perf_counter()
-    small = one_size(max(1, nodes // factor), checks, requests)
+    small = one_size(max(1, nodes // factor), checks, requests, run_nodes)
     print()
-    full = one_size(nodes, checks, requests)
+    full = one_size(nodes, checks, requests, run_nodes)
     print()
     results = nodes * checks
     print(
@@ -285,9 +290,10 @@ def main(nodes: int, checks: int, requests: int, factor: int) -> None:
     print(growth("fleet view cached p99", small["cached_p99"], full["cached_p99"], factor, "ms"))
 
 
-def one_size(nodes: int, checks: int, requests: int) -> dict[str, float]:
+def one_size(nodes: int, checks: int, requests: int, run_nodes: int) -> dict[str, float]:
     """One size in a process of its own (its memory figures are its own), its output passed on."""
     argv = [sys.executable, __file__, "--one", f"--nodes={nodes}", f"--checks={checks}", f"--requests={requests}"]
+    argv.append(f"--run-nodes={run_nodes}")
     figures: dict[str, float] = {}
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as process:
         assert process.stdout is not None
@@ -301,12 +307,12 @@ def one_size(nodes: int, checks: int, requests: int) -> dict[str, float]:
     return figures
 
 
-async def run(nodes: int, checks: int, requests: int) -> dict[str, float]:
+async def run(nodes: int, checks: int, requests: int, run_nodes: int) -> dict[str, float]:
     figures: dict[str, float] = {}
     before = rss_mib()
     floor = Floor()
     began = time.perf_counter()
-    entries = synthetic(nodes, checks, floor)
+    entries = synthetic(nodes, checks, floor, run_nodes=run_nodes)
     made = time.perf_counter() - began
     floor_mib = floor.mib()
     with_entries = rss_mib()
@@ -322,7 +328,7 @@ async def run(nodes: int, checks: int, requests: int) -> dict[str, float]:
     runner, port = await serve(make_app(source, TwoCallers()))
     base = f"http://127.0.0.1:{port}/api/v1/results?limit=100"
     last_token = encode_token(index.entries[len(index) - 101].key)
-    print(f"results: {len(index):,} ({nodes:,} Nodes x {checks} checks); states: {counts}")
+    print(f"results: {len(index):,} ({nodes:,} Nodes x {checks} checks, Runs of {run_nodes}); states: {counts}")
     print(
         f"entries made (classify + serialise + pack, per Run and cached by portal/sources.py): {made:.1f} s, "
         f"{made / len(index) * 1e6:.0f} us a result; index build (sort + precompute, each snapshot): {built:.2f} s"
@@ -364,7 +370,7 @@ async def run(nodes: int, checks: int, requests: int) -> dict[str, float]:
         )
         other, size, _, _ = await timed(session, fleet, {"Authorization": "Bearer results"})
         print(f"{'fleet view, 2nd sight':<26} {other:6.1f} ms ({size / 1024:.0f} KiB, first answer for that sight)")
-        removed, added = changed(index, checks)
+        removed, added = changed(index, checks, run_nodes)
         began = time.perf_counter()
         source.index = index.updated(removed, added, checks=check_list, node_uids=uids, built_at=None, nodes={})
         rebuilt = (time.perf_counter() - began) * 1000
@@ -374,7 +380,7 @@ async def run(nodes: int, checks: int, requests: int) -> dict[str, float]:
             shown = {i["check"]["id"]: i["rows"] for i in (await response.json())["items"]}
         assert any(r["target"]["name"] == "gpu-000000" for r in shown["fleet/check-00"]), "the change is shown"
         print(
-            f"{'after a change':<26} {change:6.1f} ms (one Run of 2 Nodes replaced by a newer one: "
+            f"{'after a change':<26} {change:6.1f} ms (one Run of {run_nodes} Nodes replaced by a newer one: "
             f"snapshot updated {rebuilt:.1f} ms, first answer {after_change:.1f} ms)"
         )
         await bare.cleanup()
@@ -404,9 +410,10 @@ if __name__ == "__main__":
     parser.add_argument("--checks", type=int, default=15)
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--factor", type=int, default=10, help="also run at 1/factor of --nodes (growth)")
+    parser.add_argument("--run-nodes", type=int, default=64, help="Nodes per Run (64: the design's Run)")
     parser.add_argument("--one", action="store_true", help="one size only, its figures as JSON (used by the others)")
     args = parser.parse_args()
     if args.one:
-        print(FIGURES + json.dumps(asyncio.run(run(args.nodes, args.checks, args.requests))))
+        print(FIGURES + json.dumps(asyncio.run(run(args.nodes, args.checks, args.requests, args.run_nodes))))
     else:
-        main(args.nodes, args.checks, args.requests, args.factor)
+        main(args.nodes, args.checks, args.requests, args.factor, args.run_nodes)

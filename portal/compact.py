@@ -20,14 +20,15 @@ from typing import Final
 
 Segments = tuple[bytes, ...]
 CUTS: Final = (
+    b',"id":',
     b',"check":',
     b',"target":',
     b',"startedAt":',
     b',"observedAt":',
     b',"evidence":',
 )
-"""Where a result's JSON is cut (top-level members, in the envelope's order): the schema and id
-(one per result); check, version, Run and scope (one per Run and check); the target (one per Run
+"""Where a result's JSON is cut (top-level members, in the envelope's order): the schema (one
+for all); the id (one per result); check, version, Run and scope (one per Run and check); the target (one per Run
 and Node); start and finish (one per result); observation, state, reason, message, verdict,
 verification and cleanup (shared by a Run's results in the same state); evidence and details
 schema (one per Run and check). A quote inside a JSON string is always escaped, so a cut, which

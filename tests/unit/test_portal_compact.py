@@ -39,9 +39,10 @@ def test_an_entry_serves_its_envelope_byte_for_byte_and_shares_a_runs_repeated_j
         assert len(entry.segments) == len(CUTS) + 1, "every cut found in an envelope"
     first = entries[0]
     other = next(e for e in entries if e.key[3] == first.key[3] and e.key[1] != first.key[1])
-    assert first.segments[1] is other.segments[1], "a (Run, check)'s check, version, Run and scope: one object"
+    assert first.segments[0] is other.segments[0], "the schema: one object"
+    assert first.segments[2] is other.segments[2], "a (Run, check)'s check, version, Run and scope: one object"
     same_node = next(e for e in entries if e.key[1] == first.key[1] and e.key[3] != first.key[3])
-    assert first.segments[2] is same_node.segments[2], "a (Run, Node)'s target: one object"
+    assert first.segments[3] is same_node.segments[3], "a (Run, Node)'s target: one object"
     assert first.key[1] is same_node.key[1], "key strings interned"
 
 
@@ -65,7 +66,7 @@ def test_a_message_quoting_the_cuts_is_never_cut_inside() -> None:
     """A quote inside a JSON string is escaped, so text like ``,"check":`` in a message cannot
     start a segment: every segment after the first starts at a top-level member."""
     (result,) = _results(participants=1, checks=1)
-    tricky = result.model_copy(update={"message": ',"check":,"target":,"startedAt":,"observedAt":,"evidence":'})
+    tricky = result.model_copy(update={"message": ',"id":,"check":,"target":,"startedAt":,"observedAt":,"evidence":'})
     entry = entry_of(tricky)
     assert entry.summary == tricky.model_dump_json(by_alias=True, exclude={"details"}).encode()
     for segment, cut in zip(entry.segments[1:], CUTS, strict=True):
@@ -84,17 +85,13 @@ def test_the_newest_results_table_is_the_naive_one(seed: int) -> None:
     then Run uid); per check type and workspace, how many results. Against a direct computation."""
     rng = random.Random(seed)
     states = [s.value for s in State]
-    entries = [
-        _entry(
-            rng.choice("abc"),
-            f"n{rng.randrange(30):02d}",
-            rng.choice(["c1", "c2"]),
-            f"r{rng.randrange(60)}",
-            rng.choice(states),
-            f"2026-11-{rng.randrange(1, 5):02d}T00:00:00+00:00",
-        )
-        for _ in range(rng.randrange(1, 400))
-    ]
+    entries = []
+    for _ in range(rng.randrange(1, 400)):
+        workspace = rng.choice("abc")
+        run = f"{workspace}-r{rng.randrange(60)}"  # a Run is in one workspace
+        node, check = f"n{rng.randrange(30):02d}", rng.choice(["c1", "c2"])
+        created = f"2026-11-{rng.randrange(1, 5):02d}T00:00:00+00:00"
+        entries.append(_entry(workspace, node, check, run, rng.choice(states), created))
     entries = list({e.key: e for e in entries}.values())  # one result per key, as the portal has
     index = Index(list(entries))
     expected: dict[str, dict[str, list[Entry]]] = {}
