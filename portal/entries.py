@@ -88,6 +88,24 @@ def counts(entries: Iterable[Entry]) -> dict[str, int]:
     return found
 
 
+Newest = Entry | tuple[Entry, ...]
+"""One Node's newest results of one check type, one per workspace, newest first: the entry itself
+where there is one (most Nodes: no tuple for each of 1.5 million pairs)."""
+
+
+def candidates(value: Newest) -> tuple[Entry, ...]:
+    return (value,) if isinstance(value, Entry) else value
+
+
+def top(value: Newest) -> Entry:
+    """The newest of them."""
+    return value if isinstance(value, Entry) else value[0]
+
+
+def kept(found: Sequence[Entry]) -> Newest:
+    return found[0] if len(found) == 1 else tuple(found)
+
+
 def newest_each(entries: Iterable[Entry]) -> tuple[Entry, ...]:
     """Of one Node's results of one check type: the newest of each workspace, newest first."""
     held: dict[str, Entry] = {}

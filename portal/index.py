@@ -21,13 +21,17 @@ from portal.entries import (
     FLEET_ORDER,
     KEY,
     Entry,
+    Newest,
     age,
+    candidates,
     edited,
     entry_of,
     fleet_rank,
+    kept,
     newer,
     newest_each,
     render_page,
+    top,
 )
 from portal.entries import counts as _counts
 from portal.health import NodeHealth
@@ -114,7 +118,8 @@ class Index:
         # how many results each workspace has. The fleet view of any set of workspaces is a
         # slice of these. The entries are sorted, so one (workspace, Node, check type)'s
         # results are adjacent: the newest of each such run is kept, nothing per pair else.
-        newest: dict[str, dict[str, list[Entry]]] = {}
+        self._newest: dict[str, dict[str, Newest]] = {}
+        newest: dict[str, dict[str, Entry | list[Entry]]] = self._newest  # type: ignore[assignment]
         type_ids: dict[tuple[str, str], str] = {}
         held: Entry | None = None
         for entry in self.entries:
@@ -132,31 +137,34 @@ class Index:
             types.add((profile, name))
             totals = self._totals.setdefault(check_type, {})
             totals[workspace] = totals.get(workspace, 0) + 1
+            per_node = newest.setdefault(check_type, {})
             if held is not None and held.key[:4] == entry.key[:4]:
                 if newer(entry, held):
-                    newest[check_type][node][-1] = held = entry
+                    several = per_node[node]
+                    if isinstance(several, Entry):
+                        per_node[node] = entry
+                    else:
+                        several[-1] = entry
+                    held = entry
                 continue
             held = entry
-            per_node = newest.setdefault(check_type, {})
             found = per_node.get(node)
             if found is None:
-                per_node[node] = [entry]
+                per_node[node] = entry
+            elif isinstance(found, Entry):
+                per_node[node] = [found, entry]
             else:
                 found.append(entry)
         self.workspaces = frozenset(self._types)
-        self._newest: dict[str, dict[str, tuple[Entry, ...]]] = {
-            check_type: {
-                node: (found[0],) if len(found) == 1 else tuple(sorted(found, key=age, reverse=True))
-                for node, found in per_node.items()
-            }
-            for check_type, per_node in newest.items()
-        }
-        del newest
+        for per_node in newest.values():  # several workspaces: a tuple, newest first
+            for node, found in per_node.items():
+                if isinstance(found, list):  # the same dictionary as self._newest's, typed as built
+                    self._newest[found[0].check_type][node] = tuple(sorted(found, key=age, reverse=True))
         # The fleet view of every workspace (a fleet operator's, and the dashboard's usual
         # one), worst first, computed with the snapshot: its first answer is then a slice.
         self._everything: dict[str, tuple[dict[str, int], list[Entry]]] = {}
         for check_type, candidates_of in self._newest.items():
-            ordered = sorted((candidates[0] for candidates in candidates_of.values()), key=fleet_rank)
+            ordered = sorted((top(value) for value in candidates_of.values()), key=fleet_rank)
             self._everything[check_type] = (_counts(ordered), ordered)
         self._fleets: dict[tuple[frozenset[str], bool, bool, int], bytes] = {}
 
@@ -233,19 +241,20 @@ class Index:
                 self._everything[check_type] = (dict(tallies), list(ordered))
             per_node = self._newest[check_type]
             tallies, ordered = self._everything[check_type]
-            before = per_node.get(node)
-            after = newest_each(e for e in self._by_node.get(node, []) if e.check_type == check_type)
-            if after:
-                per_node[node] = after
+            held = per_node.get(node)
+            before = None if held is None else top(held)
+            found = newest_each(e for e in self._by_node.get(node, []) if e.check_type == check_type)
+            after = found[0] if found else None
+            if found:
+                per_node[node] = kept(found)
             else:
                 per_node.pop(node, None)
-            if before is not None and (not after or before[0] is not after[0]):
-                at = bisect.bisect_left(ordered, fleet_rank(before[0]), key=fleet_rank)
-                del ordered[at]
-                tallies[before[0].state] -= 1
-            if after and (before is None or before[0] is not after[0]):
-                bisect.insort(ordered, after[0], key=fleet_rank)
-                tallies[after[0].state] += 1
+            if before is not None and before is not after:
+                del ordered[bisect.bisect_left(ordered, fleet_rank(before), key=fleet_rank)]
+                tallies[before.state] -= 1
+            if after is not None and before is not after:
+                bisect.insort(ordered, after, key=fleet_rank)
+                tallies[after.state] += 1
         for check_type in copied:
             if not self._newest[check_type]:
                 del self._newest[check_type], self._everything[check_type]
@@ -375,8 +384,8 @@ class Index:
         """One check's fleet for some of the workspaces: per Node its newest result in them;
         how many Nodes, their counts by state and the first ``rows``, worst first."""
         per_node: list[Entry] = []
-        for candidates in self._newest.get(check_type, {}).values():
-            chosen = next((e for e in candidates if e.key[0] in seen), None)
+        for value in self._newest.get(check_type, {}).values():
+            chosen = next((e for e in candidates(value) if e.key[0] in seen), None)
             if chosen is not None:
                 per_node.append(chosen)
         return len(per_node), _counts(per_node), heapq.nsmallest(rows, per_node, key=fleet_rank)
