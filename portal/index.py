@@ -110,7 +110,6 @@ class Index:
         """Everything a query needs, computed once per snapshot (portal/sources.py builds
         snapshots off the event loop): queries only slice it by the caller's sight."""
         self.entries = sorted(self.entries, key=KEY)
-        self._keys = [e.key for e in self.entries]
         self._by_node: dict[str, list[Entry]] = {}
         self._types: dict[str, set[tuple[str, str]]] = {}
         self._totals: dict[str, dict[str, int]] = {}
@@ -185,7 +184,7 @@ class Index:
         computed again. A large change, or a ``removed`` entry this snapshot does not hold,
         builds the snapshot anew."""
         gone = {id(e) for e in removed}
-        drops = [bisect.bisect_left(self._keys, e.key) for e in removed]
+        drops = [bisect.bisect_left(self.entries, e.key, key=KEY) for e in removed]
         held = all(p < len(self.entries) and self.entries[p] is e for p, e in zip(drops, removed, strict=True))
         if not held or len(removed) + len(added) > REBUILD_ABOVE * max(1, len(self.entries)):
             kept = (e for e in self.entries if id(e) not in gone)
@@ -194,20 +193,21 @@ class Index:
         new.checks, new.node_uids, new.built_at, new.nodes = checks, node_uids, built_at, nodes
         new._fleets = {}
         fresh = sorted(added, key=KEY)
-        places = [(bisect.bisect_left(self._keys, e.key), e) for e in fresh]
+        places = [(bisect.bisect_left(self.entries, e.key, key=KEY), e) for e in fresh]
         new.entries = edited(self.entries, drops, places)
-        new._keys = edited(self._keys, drops, [(p, e.key) for p, e in places])
-        touched = {e.key[1] for e in removed} | {e.key[1] for e in fresh}
+        arriving: dict[str, list[Entry]] = {}
+        for entry in fresh:
+            arriving.setdefault(entry.key[1], []).append(entry)
         new._by_node = dict(self._by_node)
-        for node in touched:
+        for node in {e.key[1] for e in removed} | set(arriving):
             mine = [e for e in self._by_node.get(node, []) if id(e) not in gone]
-            mine = sorted([*mine, *(e for e in fresh if e.key[1] == node)], key=KEY)
+            mine = sorted([*mine, *arriving.get(node, [])], key=KEY)
             if mine:
                 new._by_node[node] = mine
             else:
                 new._by_node.pop(node, None)
         new._count(removed, fresh)
-        new._edit_fleet(self, {(e.check_type, e.key[1]) for e in [*removed, *fresh]})
+        new._edit_fleet(self, {(e.key[2], e.key[3], e.key[1]) for e in [*removed, *fresh]})
         return new
 
     def _count(self, removed: Sequence[Entry], added: Sequence[Entry]) -> None:
@@ -227,23 +227,29 @@ class Index:
                 self._types.setdefault(workspace, set()).add((profile, name))
         self.workspaces = frozenset(self._types)
 
-    def _edit_fleet(self, old: "Index", pairs: set[tuple[str, str]]) -> None:
-        """(In an update, on the new snapshot.) The newest results of the touched (check type,
-        Node) pairs computed again from the Node's results, and the precomputed fleet of every
+    def _edit_fleet(self, old: "Index", touched: set[tuple[str, str, str]]) -> None:
+        """(In an update, on the new snapshot.) The newest results of the touched (profile,
+        check, Node) computed again from the Node's results, and the precomputed fleet of every
         workspace edited where a Node's newest result changed; copies of ``old``'s tables."""
         self._newest, self._everything = dict(old._newest), dict(old._everything)
         copied: set[str] = set()
-        for check_type, node in sorted(pairs):
+        of_node: dict[str, dict[tuple[str, str], list[Entry]]] = {}
+        for profile, name, node in sorted(touched):
+            check_type = f"{profile}/{name}"
             if check_type not in copied:
                 copied.add(check_type)
                 self._newest[check_type] = dict(old._newest.get(check_type, {}))
                 tallies, ordered = old._everything.get(check_type, (_counts([]), []))
                 self._everything[check_type] = (dict(tallies), list(ordered))
+            if node not in of_node:
+                of_node[node] = {}
+                for entry in self._by_node.get(node, []):
+                    of_node[node].setdefault((entry.key[2], entry.key[3]), []).append(entry)
             per_node = self._newest[check_type]
             tallies, ordered = self._everything[check_type]
             held = per_node.get(node)
             before = None if held is None else top(held)
-            found = newest_each(e for e in self._by_node.get(node, []) if e.check_type == check_type)
+            found = newest_each(of_node[node].get((profile, name), []))
             after = found[0] if found else None
             if found:
                 per_node[node] = kept(found)
@@ -272,9 +278,9 @@ class Index:
             start = bisect.bisect_right([e.key for e in pool], after) if after else 0
         else:
             pool = self.entries
-            start = bisect.bisect_right(self._keys, after) if after else 0
+            start = bisect.bisect_right(pool, after, key=KEY) if after else 0
             if filters.workspace is not None:
-                start = max(start, bisect.bisect_left(self._keys, (filters.workspace,)))
+                start = max(start, bisect.bisect_left(pool, (filters.workspace,), key=KEY))
         found: list[Entry] = []
         for entry in _from(pool, start):
             if filters.workspace is not None and entry.key[0] > filters.workspace:
@@ -286,8 +292,8 @@ class Index:
         return found, False
 
     def get(self, key: Key) -> Entry | None:
-        position = bisect.bisect_left(self._keys, key)
-        if position < len(self._keys) and self._keys[position] == key:
+        position = bisect.bisect_left(self.entries, key, key=KEY)
+        if position < len(self.entries) and self.entries[position].key == key:
             return self.entries[position]
         return None
 

@@ -37,7 +37,6 @@ def _run(rng: random.Random, uid: str) -> list[Entry]:
 def _tables(index: Index) -> dict[str, object]:
     return {
         "entries": index.entries,
-        "keys": index._keys,
         "by_node": index._by_node,
         "types": index._types,
         "totals": index._totals,
