@@ -43,6 +43,10 @@ Visible = Callable[[str], bool]
 FLEET_CACHE = 8
 """Fleet answers kept per snapshot (one per distinct set of visible workspaces; ~2 MiB each at
 10 checks x 200 rows)."""
+SHARDS = 64
+"""Per check type, the Nodes' newest results are split in this many dictionaries (by the hash of
+the Node's name), so an update copies the few it touches, not one of 100,000 Nodes per check."""
+Shards = list[dict[str, Newest]]
 REBUILD_ABOVE = 0.25
 """An update touching more than this share of the results builds the snapshot anew instead."""
 __all__ = ["FLEET_ORDER", "Entry", "Filters", "Index", "RegisteredCheck", "entry_of", "render_page"]
@@ -117,8 +121,8 @@ class Index:
         # how many results each workspace has. The fleet view of any set of workspaces is a
         # slice of these. The entries are sorted, so one (workspace, Node, check type)'s
         # results are adjacent: the newest of each such run is kept, nothing per pair else.
-        self._newest: dict[str, dict[str, Newest]] = {}
-        newest: dict[str, dict[str, Entry | list[Entry]]] = self._newest  # type: ignore[assignment]
+        self._newest: dict[str, Shards] = {}
+        newest: dict[str, list[dict[str, Entry | list[Entry]]]] = self._newest  # type: ignore[assignment]
         type_ids: dict[tuple[str, str], str] = {}
         held: Entry | None = None
         for entry in self.entries:
@@ -136,7 +140,10 @@ class Index:
             types.add((profile, name))
             totals = self._totals.setdefault(check_type, {})
             totals[workspace] = totals.get(workspace, 0) + 1
-            per_node = newest.setdefault(check_type, {})
+            shards = newest.get(check_type)
+            if shards is None:
+                shards = newest[check_type] = [{} for _ in range(SHARDS)]
+            per_node = shards[hash(node) % SHARDS]
             if held is not None and held.key[:4] == entry.key[:4]:
                 if newer(entry, held):
                     several = per_node[node]
@@ -155,15 +162,12 @@ class Index:
             else:
                 found.append(entry)
         self.workspaces = frozenset(self._types)
-        for per_node in newest.values():  # several workspaces: a tuple, newest first
-            for node, found in per_node.items():
-                if isinstance(found, list):  # the same dictionary as self._newest's, typed as built
-                    self._newest[found[0].check_type][node] = tuple(sorted(found, key=age, reverse=True))
+        _settle(newest)
         # The fleet view of every workspace (a fleet operator's, and the dashboard's usual
         # one), worst first, computed with the snapshot: its first answer is then a slice.
         self._everything: dict[str, tuple[dict[str, int], list[Entry]]] = {}
-        for check_type, candidates_of in self._newest.items():
-            ordered = sorted((top(value) for value in candidates_of.values()), key=fleet_rank)
+        for check_type, shards_of in self._newest.items():
+            ordered = sorted((top(value) for shard in shards_of for value in shard.values()), key=fleet_rank)
             self._everything[check_type] = (_counts(ordered), ordered)
         self._fleets: dict[tuple[frozenset[str], bool, bool, int], bytes] = {}
 
@@ -233,19 +237,24 @@ class Index:
         workspace edited where a Node's newest result changed; copies of ``old``'s tables."""
         self._newest, self._everything = dict(old._newest), dict(old._everything)
         copied: set[str] = set()
+        shards_copied: set[tuple[str, int]] = set()
         of_node: dict[str, dict[tuple[str, str], list[Entry]]] = {}
         for profile, name, node in sorted(touched):
             check_type = f"{profile}/{name}"
             if check_type not in copied:
                 copied.add(check_type)
-                self._newest[check_type] = dict(old._newest.get(check_type, {}))
+                self._newest[check_type] = list(old._newest.get(check_type) or [{} for _ in range(SHARDS)])
                 tallies, ordered = old._everything.get(check_type, (_counts([]), []))
                 self._everything[check_type] = (dict(tallies), list(ordered))
             if node not in of_node:
                 of_node[node] = {}
                 for entry in self._by_node.get(node, []):
                     of_node[node].setdefault((entry.key[2], entry.key[3]), []).append(entry)
-            per_node = self._newest[check_type]
+            shard = (check_type, hash(node) % SHARDS)
+            if shard not in shards_copied:  # copy-on-write: only the touched shards are copied
+                shards_copied.add(shard)
+                self._newest[check_type][shard[1]] = dict(self._newest[check_type][shard[1]])
+            per_node = self._newest[check_type][shard[1]]
             tallies, ordered = self._everything[check_type]
             held = per_node.get(node)
             before = None if held is None else top(held)
@@ -262,7 +271,7 @@ class Index:
                 bisect.insort(ordered, after, key=fleet_rank)
                 tallies[after.state] += 1
         for check_type in copied:
-            if not self._newest[check_type]:
+            if not any(self._newest[check_type]):
                 del self._newest[check_type], self._everything[check_type]
 
     def __len__(self) -> int:
@@ -390,7 +399,7 @@ class Index:
         """One check's fleet for some of the workspaces: per Node its newest result in them;
         how many Nodes, their counts by state and the first ``rows``, worst first."""
         per_node: list[Entry] = []
-        for value in self._newest.get(check_type, {}).values():
+        for value in (value for shard in self._newest.get(check_type, []) for value in shard.values()):
             chosen = next((e for e in candidates(value) if e.key[0] in seen), None)
             if chosen is not None:
                 per_node.append(chosen)
@@ -415,6 +424,15 @@ class Index:
                         "registered": False,
                     }
         return [rows[k] for k in sorted(rows)]
+
+
+def _settle(newest: dict[str, list[dict[str, Entry | list[Entry]]]]) -> None:
+    """Where a Node has several workspaces' newest results of a check type: a tuple, newest first."""
+    for shards in newest.values():
+        for per_node in shards:
+            for node, found in per_node.items():
+                if isinstance(found, list):
+                    per_node[node] = tuple(sorted(found, key=age, reverse=True))  # type: ignore[assignment]
 
 
 def _from(entries: list[Entry], start: int) -> Iterable[Entry]:

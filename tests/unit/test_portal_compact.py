@@ -106,7 +106,10 @@ def test_the_newest_results_table_is_the_naive_one(seed: int) -> None:
             if per_workspace:
                 ordered = sorted(per_workspace.values(), key=lambda e: (e.created, e.key[4]), reverse=True)
                 expected.setdefault(check_type, {})[node] = ordered
-    assert {t: {n: list(candidates(c)) for n, c in per.items()} for t, per in index._newest.items()} == expected
+    found = {
+        t: {n: list(candidates(c)) for shard in shards for n, c in shard.items()} for t, shards in index._newest.items()
+    }
+    assert found == expected
     totals: dict[str, dict[str, int]] = {}
     for e in entries:
         totals.setdefault(e.check_type, {}).setdefault(e.key[0], 0)
