@@ -66,6 +66,8 @@ async def main(participants: int, factor: int, repeat: int) -> None:
         print(f"goal 5 ratio of each repetition (Signal and its floor measured back to back): {pairs}")
         spread = ", ".join(f"{f['floor_before'] / f['floor_succeeded']:.2f}" for f in fulls)
         print(f"the floor against itself in each repetition (before Signal / after Signal): {spread}")
+        around = ", ".join(f"{2 * f['results'] / (f['floor_before'] + f['floor_succeeded']):.2f}" for f in fulls)
+        print(f"Signal against the mean of the floor before and after it, in each repetition: {around}")
         bare = ", ".join(f"{f['results'] / f['interpreter_succeeded']:.2f}" for f in fulls)
         print(f"Signal against the bare-interpreter fan-out in each repetition: {bare}")
         print(f"the GOAL and GROWTH lines give the median of {repeat} repetitions of each figure")
