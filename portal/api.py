@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from kubeio.errors import ApiError
 from portal import dashboard, metrics
 from portal.auth import Authorizer, TooManyFailures, Unauthenticated
+from portal.encoding import accepts_gzip
 from portal.index import Filters, Index, render_page
 from portal.openapi import DEFAULT_FLEET_ROWS, DEFAULT_LIMIT, MAX_FLEET_ROWS, MAX_LIMIT, document
 from portal.pagination import TokenError, decode_token, encode_token
@@ -113,7 +114,7 @@ GZIP_LEVEL = 6
 
 
 def _accepts_gzip(request: web.Request) -> bool:
-    return "gzip" in request.headers.get("Accept-Encoding", "").lower()
+    return accepts_gzip(request.headers.get("Accept-Encoding"))
 
 
 def _compress(request: web.Request, response: web.StreamResponse) -> None:
@@ -191,13 +192,25 @@ class Api:
         rows = _bounded(request.query.get("rows"), "rows", 0, MAX_FLEET_ROWS, DEFAULT_FLEET_ROWS)
         index = self.source.index
         sight = await self._sight(request, index)
-        # Slicing a large fleet is CPU-bound: off the event loop, so other requests go on.
         gzipped = _accepts_gzip(request)
-        body = await asyncio.to_thread(self._fleet_body, index, sight, rows, gzipped)
+        body = self._cached_fleet_body(index, sight, rows, gzipped)
+        if body is None:  # slicing and compressing a large fleet is CPU-bound: off the event loop
+            body = await asyncio.to_thread(self._fleet_body, index, sight, rows, gzipped)
         response = web.Response(body=body, content_type="application/json")
         if gzipped:
             response.headers["Content-Encoding"] = "gzip"
         return response
+
+    def _cached_fleet_body(self, index: Index, sight: Sight, rows: int, gzipped: bool) -> bytes | None:
+        """The answer when this snapshot already made it for this sight (and, for gzip, compressed
+        it): no thread hop for what is a dictionary look-up. None: make it."""
+        members = index.cached_fleet(sight, rows)
+        if members is None:
+            return None
+        if not gzipped:
+            return self._fleet_body(index, sight, rows, gzipped)
+        kept = self._gzipped.get(id(members))
+        return kept[1] if kept is not None and kept[0] is members else None
 
     def _fleet_body(self, index: Index, sight: Sight, rows: int, gzipped: bool) -> bytes:
         """The fleet answer, gzipped once per cached slice (the index caches a slice per sight

@@ -8,8 +8,9 @@ digest the Run document names: shared/runevidence.py), so a ConfigMap replaced o
 under the same name is read again. It only ever GETs, LISTs and WATCHes.
 
 A refresh (after any change, debounced, and at least every ``resync`` seconds so results go
-Stale on time) re-derives and re-classifies only the Runs whose inputs changed, then builds
-the new snapshot off the event loop (the index precomputes what every query slices).
+Stale on time) re-derives and re-classifies only the Runs whose inputs changed, then makes
+the new snapshot off the event loop by updating the served one for those Runs' results only
+(``Index.updated``: the index precomputes what every query slices).
 
 One Run never stops the others. A Run whose evidence cannot be read now (any API error) is
 Unknown in this snapshot and read again at the next refresh: only evidence derived from a
@@ -35,6 +36,7 @@ from kubeio.client import Kube, Obj, resource_path
 from kubeio.errors import ApiError, Forbidden, NotFound
 from kubeio.informer import Informer
 from portal import metrics
+from portal.compact import Packer
 from portal.evidence_cache import DEFAULT_MAX_BYTES, EvidenceCache
 from portal.freshness import judged
 from portal.health import NodeHealth, node_health
@@ -132,6 +134,8 @@ class Sources:
         self.built = asyncio.Event()
         self._documents = EvidenceCache(max_evidence_bytes)
         self._runs: dict[str, _RunCache] = {}
+        self._served: dict[str, list[Entry]] = {}
+        """Per Run uid, the entries the served snapshot holds (to update it for what changed)."""
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -266,11 +270,12 @@ class Sources:
     ) -> tuple[list[Entry], datetime]:
         """The entries of one Run's results, and until when they stay valid (freshness)."""
         built, valid_until = [], FAR
+        packer = Packer()  # one Run's results share their repeated JSON (portal/compact.py)
         for result in derived:
             final = judged(result, current_node_uid=node_uids.get(result.target.name), now=now, window=window)
             if final.state in {State.PASSED, State.FAILED} and final.finished_at is not None and window is not None:
                 valid_until = min(valid_until, final.finished_at + window)
-            built.append(entry_of(final))
+            built.append(entry_of(final, packer))
         return built, valid_until
 
     async def _run_entries(
@@ -330,8 +335,7 @@ class Sources:
         for informer in self.evidence:
             config_maps.update(informer.items)
         runs = [run for informer in self.runs for run in informer.items.values()]
-        entries: list[Entry] = []
-        seen: set[str] = set()
+        current: dict[str, list[Entry]] = {}
         used: set[CacheKey] = set()
         for run in runs:
             meta = run.get("metadata") or {}
@@ -349,16 +353,21 @@ class Sources:
                 )
                 continue
             used.add(cache_key)
-            seen.add(str(meta.get("uid")))
-            entries.extend(built)
-        for gone in set(self._runs) - seen:
+            current[str(meta.get("uid"))] = built
+        for gone in set(self._runs) - set(current):
             del self._runs[gone]
         self._documents.retain(used)
         metrics.EVIDENCE_CACHE_BYTES.set(self._documents.bytes)
         checks = [c for p in sorted(self.profiles.items.values(), key=lambda p: p.name) for c in p.checks]
-        # Sorting and precomputing a fleet-sized snapshot is CPU-bound: off the event loop.
+        # The snapshot is updated for the Runs whose entries changed (a Run's entries are the
+        # same list while nothing it depends on changed): CPU-bound at fleet scale, so off the
+        # event loop.
+        served = self._served
+        removed = [e for uid, old in served.items() if current.get(uid) is not old for e in old]
+        added = [e for uid, new in current.items() if served.get(uid) is not new for e in new]
         self.index = await asyncio.to_thread(
-            Index, entries, checks=checks, node_uids=node_uids, built_at=now, nodes=nodes
+            self.index.updated, removed, added, checks=checks, node_uids=node_uids, built_at=now, nodes=nodes
         )
+        self._served = current
         self.built.set()
         metrics.observe_index(self.index, time.perf_counter() - began)

@@ -43,7 +43,7 @@ def _entry(
     created: str = "2026-11-30T00:00:00+00:00",
 ) -> Entry:
     summary = json.dumps({"id": f"{workspace}~{node}~p~{check}~{run}", "state": state}).encode()
-    return Entry((workspace, node, "p", check, run), state, created, summary, None, None)
+    return Entry((workspace, node, "p", check, run), state, created, (summary,), None, None)
 
 
 def _walk(index_of: Any, filters: Filters, limit: int) -> list[Key]:
