@@ -8,14 +8,15 @@ STAGE := $(PYTHON) hack/stage.py
 # Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
 # minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
 # images, crash at every write, chaos, demos). `make test` runs every lane (CI's command).
-.PHONY: demo test test-fast test-integration test-system lint deps system-packages python signal-static kplane argo coredns seaweedfs prometheus helm kube-score release crds images mpi-operator bench
+.PHONY: demo test test-fast test-integration test-system lint deps system-packages python signal-static image-base kplane argo coredns seaweedfs prometheus helm kube-score release crds images mpi-operator bench
 
 # make demo: the system packages, then two lanes at once (hack/buildlanes.py: the first failure stops
-# both): the Python environment and the images (mostly downloads and disk) beside the Go builds
-# the demo runs (CPU bound; one at a time, as each already uses every core). Argo: only what the
+# both): the Python environment and the images (mostly downloads and disk) beside the images'
+# Debian base (downloads; the images wait for it on their lock) and the Go builds the demo runs
+# (CPU bound; one at a time, as each already uses every core). Argo: only what the
 # cluster runs (ARGO_TOOLS), not the argo CLI the tests lint with. The demo then finds every
 # build current by its content key. DEMO_ARGS: signalctl demo's own flags (e.g. --exit-after 0).
-DEMO_LANES := "python images" "argo mpi-operator kplane coredns signal-static"
+DEMO_LANES := "python images" "image-base argo mpi-operator kplane coredns signal-static"
 demo: system-packages
 	@ARGO_TOOLS="workflow-controller argoexec" $(PYTHON) hack/buildlanes.py $(DEMO_LANES)
 	$(BIN)/signalctl demo $(DEMO_ARGS)
@@ -118,6 +119,11 @@ mpi-operator:
 # The real nodes' static program (pause, namespace holder, test tool), cached by content.
 signal-static:
 	@$(STAGE) signal-static "the real nodes' static program (pause, namespace holder), cached by content" localcluster/realnode/static/build.sh
+
+# The images' Debian base alone (mmdebstrap), with the system Python: localcluster.images needs
+# only the standard library for it, so make demo makes it while it makes the virtual environment.
+image-base:
+	@$(STAGE) image-base "the images' Debian base (mmdebstrap: Debian's packages), cached by content" $(PYTHON) -m localcluster.images --base
 
 # Container images without Docker (buildah on an mmdebstrap Debian base), cached by content:
 # OCI archives and their digests in .cache/images/ (index.json). The system packages (buildah,

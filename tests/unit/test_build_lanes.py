@@ -12,6 +12,8 @@ from types import ModuleType
 
 import pytest
 
+from localcluster import images
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "hack" / "buildlanes.py"
 
@@ -178,3 +180,40 @@ def test_as_make_runs_it_the_exit_status_is_the_failed_targets(tmp_path: Path) -
     )
     assert refused.returncode == 2
     assert "no lanes given" in refused.stderr
+
+
+def test_the_image_base_needs_only_the_standard_library() -> None:
+    # make demo's image-base stage runs `python3 -m localcluster.images --base` with the system
+    # Python while the virtual environment is being made: no site-packages (-S) here.
+    code = f"import sys; sys.path.insert(0, {str(REPO)!r}); import localcluster.images"
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_base_only_makes_the_base_under_the_build_lock(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[str] = []
+
+    class Lock:
+        def __enter__(self) -> None:
+            calls.append("locked")
+
+        def __exit__(self, *_: object) -> None:
+            calls.append("unlocked")
+
+    class FakeBuilder:
+        def locked(self) -> Lock:
+            return Lock()
+
+        def ensure_base(self) -> str:
+            calls.append("base")
+            return "sha256:" + "a" * 64
+
+        def build(self, names: list[str]) -> None:
+            raise AssertionError(f"--base built images {names}")
+
+    monkeypatch.setattr(images, "Builder", FakeBuilder)
+    assert images.main(["--base"]) == 0
+    assert calls == ["locked", "base", "unlocked"]
+    assert capsys.readouterr().out == f"{images.BASE_REFERENCE}@sha256:{'a' * 64}\n"
