@@ -50,6 +50,7 @@ system-packages:
 	@$(STAGE) system-packages "the Debian packages the project needs (only those missing)" hack/install-system-deps.sh
 
 python: $(VENV_STAMP)
+	@:
 
 $(VENV_STAMP): pyproject.toml
 	@if [ -d $(VENV) ] && [ "$$(cat $(VENV)/.path 2>/dev/null)" != "$(CURDIR)" ]; then \
