@@ -8,10 +8,18 @@ STAGE := $(PYTHON) hack/stage.py
 # Lanes (tests/lanes.py; README "Tests"): test-fast = lint + unit lane (no API server, a few
 # minutes); test-integration = the API-server lane; test-system = the slow lane (real nodes,
 # images, crash at every write, chaos, demos). `make test` runs every lane (CI's command).
-.PHONY: demo test test-fast test-integration test-system lint deps kplane argo coredns seaweedfs prometheus helm kube-score release crds images mpi-operator bench
+.PHONY: demo test test-fast test-integration test-system lint deps system-packages python signal-static image-base kplane argo coredns seaweedfs prometheus helm kube-score release crds images mpi-operator bench
 
-demo: deps kplane argo
-	$(BIN)/signalctl demo
+# make demo: the system packages, then two lanes at once (hack/buildlanes.py: the first failure stops
+# both): the Python environment and the images (mostly downloads and disk) beside the images'
+# Debian base (downloads; the images wait for it on their lock) and the Go builds the demo runs
+# (CPU bound; one at a time, as each already uses every core). Argo: only what the
+# cluster runs (ARGO_TOOLS), not the argo CLI the tests lint with. The demo then finds every
+# build current by its content key. DEMO_ARGS: signalctl demo's own flags (e.g. --exit-after 0).
+DEMO_LANES := "python images" "image-base argo mpi-operator kplane coredns signal-static"
+demo: system-packages
+	@ARGO_TOOLS="workflow-controller argoexec" $(PYTHON) hack/buildlanes.py $(DEMO_LANES)
+	$(BIN)/signalctl demo $(DEMO_ARGS)
 
 test: deps kplane argo coredns seaweedfs prometheus helm kube-score lint
 	$(BIN)/python -m pytest
@@ -36,8 +44,13 @@ lint: deps
 # gets a fresh one instead of running the old path's scripts and code.
 VENV_STAMP := $(VENV)/.installed-$(shell printf '%s' "$(CURDIR)" | sha256sum | cut -c1-16)
 
-deps: $(VENV_STAMP)
+deps: system-packages python
+
+system-packages:
 	@$(STAGE) system-packages "the Debian packages the project needs (only those missing)" hack/install-system-deps.sh
+
+python: $(VENV_STAMP)
+	@:
 
 $(VENV_STAMP): pyproject.toml
 	@if [ -d $(VENV) ] && [ "$$(cat $(VENV)/.path 2>/dev/null)" != "$(CURDIR)" ]; then \
@@ -83,8 +96,10 @@ release: deps kplane helm
 	$(BIN)/python -m localcluster.release $(RELEASE_ARGS)
 
 # Argo Workflows v4.0.5 (workflow-controller, argoexec, argo CLI): local test infrastructure only.
+# ARGO_TOOLS (words) builds only those (make demo: the two the cluster runs); default all three.
+ARGO_TOOLS ?=
 argo:
-	@$(STAGE) argo "Argo Workflows (workflow-controller, argoexec, argo), cached by content" localcluster/argo/build.sh
+	@$(STAGE) argo "Argo Workflows ($(or $(ARGO_TOOLS),workflow-controller argoexec argo)), cached by content" localcluster/argo/build.sh $(ARGO_TOOLS)
 
 # Benchmarks against floors measured in the same run (bench/floors.py): each prints, per goal of
 # issue 15, the floor, Signal's figure, their ratio and the goal, and its growth from 1/10 of its
@@ -103,7 +118,19 @@ crds: deps
 mpi-operator:
 	@$(STAGE) mpi-operator "the Kubeflow MPI operator, cached by content" localcluster/mpi-operator/build.sh
 
+# The real nodes' static program (pause, namespace holder, test tool), cached by content.
+signal-static:
+	@$(STAGE) signal-static "the real nodes' static program (pause, namespace holder), cached by content" localcluster/realnode/static/build.sh
+
+# The images' Debian base alone (mmdebstrap), with the system Python: localcluster.images needs
+# only the standard library for it, so make demo makes it while it makes the virtual environment.
+image-base:
+	@$(STAGE) image-base "the images' Debian base (mmdebstrap: Debian's packages), cached by content" $(PYTHON) -m localcluster.images --base
+
 # Container images without Docker (buildah on an mmdebstrap Debian base), cached by content:
-# OCI archives and their digests in .cache/images/ (index.json).
-images: deps argo mpi-operator
-	$(BIN)/python -m localcluster.images
+# OCI archives and their digests in .cache/images/ (index.json). The system packages (buildah,
+# mmdebstrap) come from `make deps`. A binary image (argoexec, workflow-controller,
+# mpi-operator) takes its Go build from the cache, waits for one in progress (the build
+# scripts' locks) or builds it: make demo runs this beside the Go builds (hack/buildlanes.py).
+images: python
+	@$(STAGE) images "the images (buildah on an mmdebstrap Debian base), cached by content" $(BIN)/python -m localcluster.images

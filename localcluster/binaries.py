@@ -25,17 +25,23 @@ def kplane_binary(*, show_progress: bool = False) -> Path:
     return _build(BUILD_SCRIPT, "the local control plane", show_progress)
 
 
-def argo_build_dir() -> Path:
-    """Directory holding Argo's ``workflow-controller`` and ``argoexec`` and the extra Argo CRDs
-    (``crds/``): ``$SIGNAL_ARGO_BUILD`` or the cached build of localcluster/argo (built on first
-    use). Local test infrastructure only, never shipped."""
+ARGO_CLUSTER_TOOLS = ("workflow-controller", "argoexec")
+"""What a cluster runs of Argo; the ``argo`` CLI (``argo lint --offline``) only tests use."""
+ARGO_TOOLS = (*ARGO_CLUSTER_TOOLS, "argo")
+
+
+def argo_build_dir(tools: tuple[str, ...] = ARGO_CLUSTER_TOOLS) -> Path:
+    """Directory holding Argo's ``tools`` (default: ``workflow-controller`` and ``argoexec``;
+    :data:`ARGO_TOOLS` adds the ``argo`` CLI) and the extra Argo CRDs (``crds/``):
+    ``$SIGNAL_ARGO_BUILD`` or the cached build of localcluster/argo (the tools missing from it
+    built on first use). Local test infrastructure only, never shipped."""
     override = os.environ.get("SIGNAL_ARGO_BUILD")
     if override:
         path = Path(override)
-        if not all(os.access(path / tool, os.X_OK) for tool in ("workflow-controller", "argoexec")):
-            raise BuildError(f"SIGNAL_ARGO_BUILD={override} does not hold workflow-controller and argoexec")
+        if not all(os.access(path / tool, os.X_OK) for tool in tools):
+            raise BuildError(f"SIGNAL_ARGO_BUILD={override} does not hold {' and '.join(tools)}")
         return path
-    return _build(ARGO_BUILD_SCRIPT, "Argo Workflows")
+    return _build(ARGO_BUILD_SCRIPT, "Argo Workflows", args=tools)
 
 
 MPI_OPERATOR_VERSION = "v0.8.0"
@@ -57,11 +63,12 @@ def mpi_operator_src() -> Path:
     return path
 
 
-def _build(script: Path, what: str, show_progress: bool = False) -> Path:
+def _build(script: Path, what: str, show_progress: bool = False, args: tuple[str, ...] = ()) -> Path:
     """Run a cached build script; its last line of output is the path of what it built. Its
     messages (stderr) pass through to this process's stderr with ``show_progress``."""
     stderr = None if show_progress else subprocess.PIPE
-    result = subprocess.run(["bash", str(script)], stdout=subprocess.PIPE, stderr=stderr, text=True, check=False)
+    argv = ["bash", str(script), *args]
+    result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=stderr, text=True, check=False)
     if result.returncode != 0:
         seen = "see its messages above" if show_progress else f"run {script} to see why"
         raise BuildError(f"building {what} failed (exit {result.returncode}); {seen}:\n{(result.stderr or '')[-4000:]}")

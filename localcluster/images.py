@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from localcluster.buildah import Buildah, ImageBuildError, mmdebstrap_tar
 
@@ -217,15 +217,20 @@ class Builder:
         unknown = sorted(set(names) - set(PROJECT_IMAGES) - set(LOCAL_IMAGES))
         if unknown:
             raise ImageBuildError(f"unknown image(s) {unknown}: choose from {[*PROJECT_IMAGES, *LOCAL_IMAGES]}")
-        self.directory.mkdir(parents=True, exist_ok=True)
-        with (self.directory / ".lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with self.locked():
             for name in names or [*PROJECT_IMAGES, *LOCAL_IMAGES]:
                 if name in PROJECT_IMAGES:
                     self._project_image(name)
                 else:
                     self._binary_image(name)
             return self.index()
+
+    def locked(self) -> TextIO:
+        """The directory's build lock (one build at a time), held until the file is closed."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        lock = (self.directory / ".lock").open("w")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return lock
 
     def _project_image(self, name: str) -> Image:
         dockerfile = REPO / f"Dockerfile.{name}"
@@ -386,9 +391,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "names", nargs="*", help=f"images to build (default: all of {[*PROJECT_IMAGES, *LOCAL_IMAGES]})"
     )
+    parser.add_argument("--base", action="store_true", help=f"only make (or find) the {BASE_REFERENCE} base")
     args = parser.parse_args(argv)
     started = time.monotonic()
     try:
+        if args.base:
+            builder = Builder()
+            with builder.locked():
+                print(pinned_base(builder.ensure_base()))
+            return 0
         index = Builder().build(args.names)
     except ImageBuildError as exc:
         print(f"images: {exc}", file=sys.stderr)

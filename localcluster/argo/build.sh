@@ -7,6 +7,8 @@
 # flaws, so these binaries are never shipped in an image or a deployment.
 # Cached: rebuilt only when go.mod, go.sum, overlay/ or the Go version change (content hash in
 # the name). Prints the directory holding the binaries (and crds/) on stdout as its last line.
+#   build.sh [TOOL...]   only those tools (make demo: workflow-controller argoexec); default all
+# three. A later call for another tool adds it to the same directory.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -15,7 +17,12 @@ module=github.com/argoproj/argo-workflows/v4
 version="$(sed -n "s|^\t$module \(v[^ ]*\).*|\1|p" "$here/go.mod")"
 stamp="$( (cat "$here/go.mod" "$here/go.sum" "$here"/overlay/*; go version) | sha256sum | cut -c1-16)"
 out="$out_root/argo-$version-$stamp"
-tools=(workflow-controller argoexec argo)
+all_tools=(workflow-controller argoexec argo)
+tools=("$@")
+((${#tools[@]})) || tools=("${all_tools[@]}")
+for tool in "${tools[@]}"; do
+  [[ " ${all_tools[*]} " == *" $tool "* ]] || { echo "argo: unknown tool '$tool': choose from ${all_tools[*]}" >&2; exit 2; }
+done
 # The kinds whose informers workflow-controller waits for, beyond Workflow, WorkflowTemplate and
 # WorkflowTaskResult (minimal schemas: the controller only lists and watches them here).
 extra_crds=(workflowtasksets workflowartifactgctasks clusterworkflowtemplates cronworkflows workfloweventbindings)
@@ -35,7 +42,7 @@ if [[ $cached == 1 ]]; then
   exit 0
 fi
 mkdir -p "$out/crds"
-echo "argo: building Argo Workflows $version workflow-controller, argoexec and argo (cold build takes 5-30 minutes on 2 cores)" >&2
+echo "argo: building Argo Workflows $version ${tools[*]} (cold build takes 5-30 minutes on 2 cores)" >&2
 start=$(date +%s)
 cd "$here"
 # The module zip lacks workflow/executor/osspecific's Linux file, so argoexec does not compile

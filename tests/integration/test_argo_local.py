@@ -20,7 +20,7 @@ import yaml
 
 from controller.rules.manifests import workflow_manifest
 from localcluster.argoworkflows import SYSTEM_NODE
-from localcluster.binaries import argo_build_dir
+from localcluster.binaries import ARGO_TOOLS, argo_build_dir
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from localcluster.podprocess import MOUNT_NAMESPACES_ANNOTATION
@@ -226,7 +226,7 @@ def argo_lint(argo: Path, *files: Path) -> subprocess.CompletedProcess[str]:
 async def test_argo_lint_offline_accepts_the_template_and_a_generated_workflow(
     world: AdapterWorld, tmp_path: Path
 ) -> None:
-    argo = argo_build_dir() / "argo"
+    argo = argo_build_dir(ARGO_TOOLS) / "argo"
     assert argo.exists(), f"the argo CLI is missing from the Argo build at {argo.parent}; run `make argo`"
     await world.setup(2, {"a.sh": PASS}, [check("first", "a.sh"), check("second", "a.sh", backend="MPIJob")])
     # Offline, a workflowTemplateRef resolves among the files given, in the Workflow's namespace.
