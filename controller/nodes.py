@@ -10,9 +10,12 @@ from typing import Any
 
 from controller.projection import node_copy
 from shared import keys
+from shared.cachetransform import shared_mapping
 from shared.quantity import QuantityError, parse_quantity
 
 RESERVED_TAINT_KEY = keys.RESERVED_TAINT_KEY
+NOTHING: Mapping[str, str] = shared_mapping(())
+"""The empty mapping every cached Node without projections or completions shares (read-only)."""
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 
@@ -74,8 +77,14 @@ class NodeView:
         return uid if uid and self.reservation is None else None
 
 
-def _resources(raw: Mapping[str, Any]) -> dict[str, int]:
-    return dict(_parsed_resources(tuple((str(name), str(value)) for name, value in raw.items())))
+def _resources(raw: Mapping[str, Any]) -> Mapping[str, int]:
+    return shared_mapping(_parsed_resources(tuple((str(name), str(value)) for name, value in raw.items())))
+
+
+def _text_map(raw: Mapping[str, Any]) -> Mapping[str, str]:
+    """A Node's capacity or allocatable as text, read-only and shared by every cached Node with
+    the same (a fleet's Nodes mostly have one of a few: about 1 KiB less per cached Node)."""
+    return shared_mapping((sys.intern(str(k)), sys.intern(str(v))) for k, v in raw.items())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -141,13 +150,13 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         ready=ready,
         unschedulable=foreign_cordon,
         allocatable=_resources(status.get("allocatable") or {}),
-        capacity_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("capacity") or {}).items()},
-        allocatable_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("allocatable") or {}).items()},
+        capacity_raw=_text_map(status.get("capacity") or {}),
+        allocatable_raw=_text_map(status.get("allocatable") or {}),
         reservation=parse_reservation(labels, annotations, taint_uid),
         signal_taint_uid=taint_uid,
         next_attempt=_next_attempt(str(annotations.get(keys.ATTEMPT_ANNOTATION) or "")),
-        completed=_completed(annotations),
-        projection=node_copy(node),
+        completed=_completed(annotations) or NOTHING,
+        projection=node_copy(node) or NOTHING,
         taints=tuple(
             (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
             for t in taints
