@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from controller.manifests import owner_reference, release_patch, reservation_patch, snapshot_manifest, workflow_manifest
+from controller.nodes import node_view
 from controller.runview import PARTICIPANT_DROPPED, run_view
 from shared import keys, quarantine
 from shared.cachetransform import DroppedField, pruned, shared_mapping
@@ -106,3 +107,19 @@ def test_shared_mappings_are_one_read_only_object_per_content() -> None:
     assert first == {"cpu": "4", "memory": "4"}
     with pytest.raises(TypeError):
         first["cpu"] = "0"  # type: ignore[index]
+
+
+def test_a_node_whose_resources_are_not_text_is_still_read_and_they_cannot_satisfy_a_request() -> None:
+    node = {
+        "metadata": {"name": "odd", "uid": "u", "resourceVersion": "1"},
+        "status": {"allocatable": {"cpu": {"not": "text"}, "memory": "4"}, "capacity": {"pods": ["x"]}},
+    }
+    view = node_view(node)
+    assert dict(view.allocatable) == {"memory": 4}
+    assert dict(view.allocatable_raw) == {"cpu": "{'not': 'text'}", "memory": "4"}
+    assert dict(view.capacity_raw) == {"pods": "['x']"}
+    usual = node_view({"metadata": {"name": "n"}, "status": {"allocatable": {"memory": "4"}}})
+    assert (
+        usual.allocatable_raw
+        is node_view({"metadata": {"name": "m"}, "status": {"allocatable": {"memory": "4"}}}).allocatable_raw
+    )
