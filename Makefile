@@ -94,6 +94,7 @@ bench: deps kplane argo
 	$(BIN)/python bench/check_overhead.py $(BENCH_ARGS_CHECKS)
 	$(BIN)/python bench/adapter_pods.py $(BENCH_ARGS_ADAPTER)
 	$(BIN)/python bench/portal.py $(BENCH_ARGS_PORTAL)
+	$(BIN)/python bench/run_end.py $(BENCH_ARGS_RUN_END)
 
 crds: deps
 	$(BIN)/python -m shared.crdgen crds
