@@ -6,13 +6,14 @@ once (before their profile exists, then the profile created, as bench/admission.
 admitted by a controller whose Workflows no Argo serves (the Runs stay Running). Then:
 
 * RSS of that controller synced (no Runs) and once every Run is Running;
-* a fresh controller over them: RSS synced, with every Run live (what goal 1 states);
+* ``--history`` finished Runs added (bench/history.py: each with its evidence ConfigMap);
+* a fresh controller over them all: RSS synced (what goal 1 states);
 * a fresh controller with ``tracemalloc`` (localcluster/memprofile.py): the live Python memory
   by allocating line, and every cache's deep size and bytes per object;
 * the stored size of each kind of object (a Node, a Run, its Workflow), as JSON, and how much of
   it is ``managedFields``.
 
-    .venv/bin/python bench/memory.py [--nodes 2000] [--group 64] [--runs 20]
+    .venv/bin/python bench/memory.py [--nodes 2000] [--group 64] [--runs 20] [--history 0]
 """
 
 import argparse
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.admission import NewRuns, request_all, spread
 from bench.floors import Bare, rss_mib
+from bench.history import add_history
 from bench.polling import wait_for
 from bench.requestlog import RequestLog
 from localcluster.cluster import LocalCluster
@@ -109,7 +111,7 @@ def print_profile(snapshot: dict[str, Any], top: int = 20) -> None:
         print(f"    {line['bytes'] / 2**20:8.2f} MiB {line['count']:8d} blocks  {line['where']}")
 
 
-async def main(nodes: int, group: int, runs: int) -> None:
+async def main(nodes: int, group: int, runs: int, history: int) -> None:
     workdir = Path(tempfile.mkdtemp(prefix="signal-bench-memory-"))
     async with LocalCluster(heartbeat_seconds=24 * 3600) as cluster:
         namespace = "bench"
@@ -141,13 +143,17 @@ async def main(nodes: int, group: int, runs: int) -> None:
             f"({(rss_live - rss_empty) / runs * 1024:.0f} KiB per admitted Run in the admitting process)"
         )
         first.stop()
+        if history:
+            every = (await cluster.admin.get(resource_path("v1", "nodes")))["items"]
+            await add_history(cluster, world, every, history, group)
 
         cold, _, synced = await controller(cluster, world, workdir, "cold")
         assert cold.process is not None
         rss_cold = await settle(cold.process.pid)
         print(
-            f"fresh controller over {nodes} Nodes and {runs} live Runs: synced {synced:.2f}s, RSS {rss_cold:.1f} MiB "
-            f"({(rss_cold - rss_empty) / runs * 1024:.0f} KiB per live Run over the empty controller)"
+            f"fresh controller over {nodes} Nodes, {runs} live Runs and {history} finished ones (each with its "
+            f"evidence): synced {synced:.2f}s, RSS {rss_cold:.1f} MiB "
+            f"({(rss_cold - rss_empty) / (runs + history) * 1024:.0f} KiB per Run over the empty controller)"
         )
         cold.stop()
 
@@ -155,7 +161,7 @@ async def main(nodes: int, group: int, runs: int) -> None:
         traced, _, _ = await controller(cluster, world, workdir, "traced", profile=traced_path)
         assert traced.process is not None
         await settle(traced.process.pid)
-        print(f"fresh controller with tracemalloc over {nodes} Nodes and {runs} live Runs:")
+        print(f"fresh controller with tracemalloc over {nodes} Nodes, {runs} live Runs and {history} finished:")
         print_profile(await profile_of(traced, traced_path))
         traced.stop()
 
@@ -176,5 +182,6 @@ if __name__ == "__main__":
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--group", type=int, default=64)
     parser.add_argument("--runs", type=int, default=20, help="groups admitted (live Runs)")
+    parser.add_argument("--history", type=int, default=0, help="finished Runs (with evidence) added after them")
     args = parser.parse_args()
-    asyncio.run(main(args.nodes, args.group, args.runs))
+    asyncio.run(main(args.nodes, args.group, args.runs, args.history))
