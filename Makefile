@@ -89,11 +89,12 @@ argo:
 # Benchmarks against floors measured in the same run (bench/floors.py): each prints, per goal of
 # issue 15, the floor, Signal's figure, their ratio and the goal, and its growth from 1/10 of its
 # size. Default sizes fit a two-core machine; BENCH_ARGS_<NAME> passes the full sizes (README).
-bench: deps kplane argo
+bench: deps kplane argo coredns
 	$(BIN)/python bench/admission.py $(BENCH_ARGS_ADMISSION)
 	$(BIN)/python bench/check_overhead.py $(BENCH_ARGS_CHECKS)
 	$(BIN)/python bench/adapter_pods.py $(BENCH_ARGS_ADAPTER)
 	$(BIN)/python bench/portal.py $(BENCH_ARGS_PORTAL)
+	flock /tmp/signal-realnode.lock $(BIN)/python bench/realnode_checks.py $(BENCH_ARGS_REALNODE)
 	$(BIN)/python bench/run_end.py $(BENCH_ARGS_RUN_END)
 
 crds: deps

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from adapter import backend, collect, workloads
+from adapter import backend, collect, mpispec, workloads
 from adapter.backend import TreeCheck
 from adapter.inputs import Inputs
 from kubeio.client import Kube, resource_path
@@ -47,7 +47,7 @@ async def _jobs(
     if observe_only:
         existing = await _existing_jobs(kube, inputs)
         return [(existing[name], index) for name, index in workloads.mpijob_names(inputs) if name in existing]
-    bodies = workloads.mpijobs(inputs, image, sshd=sshd, trusted=trusted)
+    bodies = mpispec.mpijobs(inputs, image, sshd=sshd, trusted=trusted)
     made = await backend.fan_out(lambda b: backend.create_or_adopt(kube, path, b, inputs, inputs.run_uid), bodies)
     return list(zip(made, [index for _, index in workloads.mpijob_names(inputs)], strict=True))
 

@@ -65,9 +65,9 @@ from bench.requestlog import (
 )
 from bench.throughput_floor import throughput_window_floor
 from bench.window_floor import request_window_floor, write_kinds
-from controller.nodes import node_view
-from controller.requested import RequestIndex
-from controller.selection import select_participants
+from controller.rules.nodes import node_view
+from controller.rules.requested import RequestIndex
+from controller.rules.selection import select_participants
 from kubeio.client import MERGE_PATCH
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
@@ -335,7 +335,7 @@ async def selection_ms(admin, group: int) -> tuple[float, float, int]:  # type: 
 
     def median_ms(views: list) -> float:  # type: ignore[type-arg]
         # As the controller selects: its cache keyed by Node, the requested Nodes kept in order
-        # from the cache's events (controller/requested.py: that upkeep is per event, not here).
+        # from the cache's events (controller/rules/requested.py: that upkeep is per event, not here).
         cache = {f"/{v.name}": v for v in views}
         index = RequestIndex()
         for key, view in cache.items():

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.ledger import LEDGER_NAME
+from controller.rules.ledger import LEDGER_NAME
 from shared import keys
 
 WRITES = ("POST", "PUT", "PATCH", "DELETE")

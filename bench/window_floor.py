@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from bench.floors import FLOOR_ANNOTATION, Bare, conditional_patch
 from bench.requestlog import WRITES, Request
-from controller.ledger import LEDGER_NAME
+from controller.rules.ledger import LEDGER_NAME
 from localcluster.cluster import LocalCluster
 from localcluster.kube import resource_path
 

@@ -1,7 +1,7 @@
 """Proving that an admission policy is in force, not assuming it: send an object that the
 policy must deny as a server-side dry-run (``dryRun=All``: admitted or not, nothing is
 stored) and look for that policy's denial. Used at start-up by the adapter and the
-controller (adapter/policy.py, controller/policy.py; docs/security.md).
+controller (adapter/policy.py, controller/process/policy.py; docs/security.md).
 
 A policy just installed takes a moment to reach the API server's admission plugin, so the
 probe is repeated until ``wait_seconds`` have passed; then ``PolicyNotInForce`` says which

@@ -236,7 +236,7 @@ class Kube:
         guarded = write and self.write_guard is not None
         guard = self.write_guard if guarded else None
         # The guard again right before the request goes out: a credential plugin, a wait for
-        # a free connection or a slow connect may outlast the term (controller/leader.py).
+        # a free connection or a slow connect may outlast the term (controller/process/leader.py).
         before_send = None if guard is None else (lambda: guard(method, path))
         if write:
             if guarded and self.write_guard is not None:

@@ -30,7 +30,7 @@ REQUEST_LOG_ENV = "SIGNAL_REQUEST_LOG"
 MEMORY_PROFILE_ENV = "SIGNAL_MEMORY_PROFILE"
 
 PROGRAMS = {
-    "signal-controller": "controller.main",
+    "signal-controller": "controller.process.main",
     "signal-adapter": "adapter.main",
     "signal-portal": "portal.main",
 }

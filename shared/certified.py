@@ -34,7 +34,7 @@ from shared.digests import canonical_json
 RECORD_SCHEMA: Final = "projectsignal.dev/certified-nodes/v1"
 TRUSTED_LABEL_PREFIX: Final = "node-restriction.kubernetes.io/"
 STALE: Final = "Stale"
-"""A result label's value once the result proves nothing current (controller/expiry.py)."""
+"""A result label's value once the result proves nothing current (controller/reconcile/expiry.py)."""
 MAX_LABEL_NAME: Final = 63
 MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
 """Largest uncompressed record accepted when decoding."""

@@ -1,6 +1,6 @@
 """Names of Signal's ValidatingAdmissionPolicies (deploy/base/*-admission-policy.yaml), the
 contract between those manifests and the start-up checks of the adapter and the controller
-(adapter/policy.py, controller/policy.py). Pure constants; no I/O.
+(adapter/policy.py, controller/process/policy.py). Pure constants; no I/O.
 
 A denial by a policy reads ``... ValidatingAdmissionPolicy '<name>' with binding '<binding>'
 denied request: ...``; a start-up check recognises its policy by that name (or a name that

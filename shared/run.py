@@ -168,7 +168,7 @@ class RunStatus(WireModel):
     check_verdicts: Annotated[list[CheckVerdict], Field(max_length=32)] = Field(default_factory=list)
     workflow_resubmits: Annotated[int, Field(ge=0, le=100)] | None = None
     """How many times the controller replaced a finished Workflow that left backend workloads
-    behind (controller/runs.py); bounded, then the workloads are left to the operator."""
+    behind (controller/reconcile/runs.py); bounded, then the workloads are left to the operator."""
 
 
 class CertificationRun(WireModel):

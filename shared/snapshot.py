@@ -4,7 +4,7 @@ digests that follow it downstream. Pure; no I/O.
 A snapshot is the Run's only when it is ``immutable``, controlled by the Run (an
 ownerReference of kind CertificationRun with its uid and ``controller: true``) and its bytes
 form exactly the Run's source digest (``shared.digests`` bundle recipe). The controller
-checks that before it adopts one it finds (controller/admission.py), the adapter again before
+checks that before it adopts one it finds (controller/reconcile/admission.py), the adapter again before
 any workload mounts it (adapter/check.py), and the adapter records every key's sha256 in the
 check evidence (``CheckIdentity.bundle``), so that acceptance can recompute the bundle digest
 and compare each runner's reported ``scriptDigest`` (the sha256 of the bytes it executed) with

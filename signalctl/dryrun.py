@@ -1,7 +1,7 @@
 """``request PROFILE NODE... --dry-run``: per Node, whether the controller would find it
 eligible once requested, or the exact reason not. Nothing is written.
 
-The reason is the controller's own text (``controller.eligibility.ineligibility``), computed on
+The reason is the controller's own text (``controller.rules.eligibility.ineligibility``), computed on
 the Node as the request would leave it (labelled for the profile), with the Nodes the admission
 ledger holds. ``explain`` is pure; ``cmd_dry_run`` reads the profile, the Nodes and the ledger."""
 
@@ -30,9 +30,9 @@ def explain_nodes(profile: Any, nodes: Mapping[str, Obj | None], held: Set[str],
     """Per Node name (in the order given): ``{"node", "eligible", "reason", "requestRefused"}``.
     ``profile`` is a parsed ``CertificationProfile``; ``requestRefused`` says why the request
     itself (without --dry-run) would refuse the Node (None: it would label it)."""
-    from controller.eligibility import ineligibility  # noqa: PLC0415 - pydantic and the controller's rules: only here
-    from controller.nodes import node_view  # noqa: PLC0415
-    from controller.requirements import per_node_requirement  # noqa: PLC0415
+    from controller.rules.eligibility import ineligibility  # noqa: PLC0415 - pydantic and the controller's rules: only here
+    from controller.rules.nodes import node_view  # noqa: PLC0415
+    from controller.rules.requirements import per_node_requirement  # noqa: PLC0415
     from signalctl.actions import request_problem  # noqa: PLC0415
 
     requirement = per_node_requirement(profile.spec.checks)
@@ -68,7 +68,7 @@ def view(results: list[Obj], profile: str, count: int) -> output.View:
 
 async def _held(kube: Kube, namespace: str) -> set[str]:
     """The Nodes the admission ledger holds (empty, with a warning, when it cannot be read)."""
-    from controller.ledger import LEDGER_NAME, LedgerError, parse_ledger  # noqa: PLC0415
+    from controller.rules.ledger import LEDGER_NAME, LedgerError, parse_ledger  # noqa: PLC0415
 
     try:
         config_map = await kube.get(resource_path("v1", "configmaps", namespace, LEDGER_NAME))

@@ -107,7 +107,7 @@ def freshness_text(spec: Obj) -> str:
 
 def held_by(node: Obj) -> str | None:
     """The Run holding the Node reserved (``namespace/name``, else its uid), None when none does.
-    As the controller reads it (controller/nodes.parse_reservation): the reservation label AND
+    As the controller reads it (controller/rules/nodes.parse_reservation): the reservation label AND
     Signal's taint naming the same Run; a label alone is the kubelet's to write and holds nothing."""
     meta = node["metadata"]
     uid = (meta.get("labels") or {}).get(keys.RESERVED_BY_LABEL)

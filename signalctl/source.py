@@ -4,7 +4,7 @@
    anything else in ``binaryData``); a name that is not a ConfigMap key, a subdirectory, or a
    check's ``scriptKey`` missing from DIR is refused before anything is written.
 2. Its bundle digest is computed with the controller's own function (shared.digests.bundle_digest,
-   what controller/sources.py verifies), from the ConfigMap's content as it is sent.
+   what controller/rules/sources.py verifies), from the ConfigMap's content as it is sent.
 3. The ConfigMap is created ``immutable: true``, named after the profile and the digest
    (``<profile>-source-<12 hex>``) in the profile's source namespace (or ``--source-namespace``),
    so the same content always lands in the same object: pushing again finds it, checks that its

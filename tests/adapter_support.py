@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.manifests import snapshot_manifest
+from controller.rules.manifests import snapshot_manifest
 from localcluster import hooked, identities, podprocess
 from localcluster.cluster import LocalCluster
 from localcluster.fleet import SimNode
@@ -101,7 +101,7 @@ class AdapterWorld:
         run = await self.admin.merge_patch(
             resource_path(API, keys.RUN_PLURAL, self.namespace, name, "status"), {"status": {"phase": "Running"}}
         )
-        # As the controller makes it (controller/manifests.py): the signal-scripts policy admits no other shape.
+        # As the controller makes it (controller/rules/manifests.py): the signal-scripts policy admits no other shape.
         snapshot = snapshot_manifest(run, {"data": scripts})
         await self.admin.create(resource_path("v1", "configmaps", self.namespace), snapshot)
         self.run = run

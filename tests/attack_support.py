@@ -8,7 +8,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
-from controller.manifests import owner_reference
+from controller.rules.manifests import owner_reference
 from kubeio.errors import NotFound
 from localcluster import identities, kubeflowmpi
 from localcluster.binaries import argo_build_dir

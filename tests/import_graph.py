@@ -21,7 +21,7 @@ PROJECT: Final = frozenset(
 # Each image's entry modules: its console script's module (Dockerfile ENTRYPOINT) and, for the
 # runner, the file the entrypoint links to.
 SERVICES: Final = {
-    "controller": ("controller.main",),
+    "controller": ("controller.process.main",),
     "adapter": ("adapter.main",),
     "portal": ("portal.main",),
     "runner": ("runner.main", "runner.launch"),

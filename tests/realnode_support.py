@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from adapter.placement import TRUSTED_SELECTOR_ENV
-from controller.manifests import snapshot_manifest
+from controller.rules.manifests import snapshot_manifest
 from localcluster import images
 from localcluster.argoworkflows import SYSTEM_NODE, SYSTEM_NODE_LABEL
 from localcluster.binaries import argo_build_dir
@@ -182,7 +182,7 @@ class RealWorld(AdapterWorld):
         runs = resource_path(keys.API_VERSION, keys.RUN_PLURAL, self.namespace)
         await self.admin.create(runs, body)
         run = await self.admin.merge_patch(f"{runs}/{name}/status", {"status": {"phase": "Running"}})
-        # As the controller makes it (controller/manifests.py): the signal-scripts policy admits no other shape.
+        # As the controller makes it (controller/rules/manifests.py): the signal-scripts policy admits no other shape.
         snapshot = snapshot_manifest(run, {"data": scripts})
         await self.admin.create(resource_path("v1", "configmaps", self.namespace), snapshot)
         self.run = run

@@ -10,7 +10,9 @@
 * **Inconclusive** (exit 3): dcgmi absent or not run; no host engine (``Unable to connect to host
   engine``); plugins or CUDA that could not load or start (``Error using CUDA API``, ``API call ...
   failed``, ``busy or unavailable``, internal errors, ``runtime_error``); a skipped, not-run or
-  warned test; output cut short (a table without its closing border, JSON that does not parse).
+  warned test; output cut short (a table without its closing border, JSON that does not parse); a
+  line DCGM printed before its JSON document other than its success banner (a ``WARNING`` line is
+  accepted with ``allowWarnings``).
 
 Every test's result is in the measurements (``test_<name>``). Parameters (run mode:
 ``SIGNAL_PARAM_<NAME>``; ``--verify``: ``--<name> value``): ``level`` (1-4, required to run),
@@ -93,6 +95,8 @@ class Report:
     metadata: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     """What dcgmi printed instead of results (``Error: ...``) or a JSON ``runtime_error``."""
+    preamble: list[str] = field(default_factory=list)
+    """Lines printed before the JSON document, other than dcgmi's own success banner."""
 
 
 @dataclass(frozen=True)
@@ -256,10 +260,26 @@ def parse_json(text: str) -> Report:
     return report
 
 
+_JSON_ROOT = re.compile(r'^\s*\{?\s*"DCGM (?:GPU )?Diagnostic"\s*:', re.M)
+_BANNER = re.compile(r"^Successfully ran diagnostic for group\.?$", re.I)
+
+
 def parse(text: str) -> Report:
     stripped = "\n".join(line for line in text.splitlines() if not line.startswith("# source:"))
-    first = next((line.strip() for line in stripped.splitlines() if line.strip()), "")
-    report = parse_json(stripped) if first.startswith("{") else parse_text(stripped)
+    lines = stripped.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.strip()), 0)
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith("{")), None)
+    # A document after other lines (dcgmi's banner, a warning) is still the -j output, unless a
+    # result table comes first.
+    is_json = start is not None and (
+        start == first
+        or (_JSON_ROOT.search(stripped) is not None and not any(_HEADER.match(ln) for ln in lines[:start]))
+    )
+    if is_json and start is not None:
+        report = parse_json("\n".join(lines[start:]))
+        report.preamble = [ln.strip() for ln in lines[:start] if ln.strip() and not _BANNER.match(ln.strip())]
+    else:
+        report = parse_text(stripped)
     report.errors += [line.strip()[:300] for line in text.splitlines() if _HOST_ENGINE.search(line)]
     report.errors = list(dict.fromkeys(report.errors))
     return report
@@ -320,6 +340,10 @@ def verify_text(text: str, params: dict[str, str], *, exit_code: int | None = 0)
         missing.append("dcgmi did not run to its end (not found, killed or timed out)")
     for error in report.errors:
         missing.append(f"dcgmi could not run the diagnostic: {error}")
+    allow_warnings = params.get("allowWarnings", "false").lower() == "true"
+    for line in report.preamble:
+        if not (allow_warnings and line.upper().startswith("WARNING")):
+            missing.append(f"DCGM printed before its results: {line[:200]}")
     if not report.tests and not report.errors:
         missing.append("no diagnostic results in the output")
     elif report.tests and not report.complete:

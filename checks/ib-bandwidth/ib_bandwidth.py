@@ -14,7 +14,9 @@
   (``Did not detect devices``: the Pod's resources, not proof of the Node); the out-of-band TCP
   connection failing (``Couldn't connect to host:port``, ``Unable to init the socket connection``,
   ``Couldn't read remote address``); a one-sided output (``Waiting for client to connect`` and no
-  result); a table cut short; no threshold set.
+  result); a table cut short; no threshold set; ``expectedLinkType`` set and ``Link type : IB``
+  with LID 0 (no subnet manager: ``--force-link IB`` on a RoCE port, or an EFA device), which
+  proves no link type.
 
 Units: perftest prints ``BW average[Gb/sec]`` with ``--report_gbits`` and MiB/s otherwise
 (``MB/sec`` in older releases, ``MiB/sec`` in newer ones: both 2^20 bytes per second, per
@@ -68,6 +70,7 @@ Measurements = dict[str, bool | int | float | str]
 _TITLE = re.compile(r"^\s*(?P<title>[A-Za-z_]+(?: Bidirectional| Post List)* BW(?: Post List)? Test)\s*$")
 _DEVICE = re.compile(r"\bDevice\s*:\s*(?P<device>\S+)")
 _LINK = re.compile(r"^\s*Link type\s*:\s*(?P<link>\S+)")
+_LOCAL_LID = re.compile(r"^\s*local address:\s*LID\s+(?P<lid>0x[0-9a-fA-F]+|\d+)\b")
 _HEADER = re.compile(r"#bytes\s+#iterations\s+(?P<rest>.*BW average\[(?P<unit>[^\]]+)\].*)$")
 _COLUMN = re.compile(r"BW \w+\[[^\]]+\]|\w+\[[^\]]+\]")
 _RULE = re.compile(r"^\s*-{20,}\s*$")
@@ -102,6 +105,8 @@ class Result:
     device: str = "?"
     title: str = ""
     link: str | None = None
+    lids: set[int] = field(default_factory=set)
+    """The local LIDs: an InfiniBand fabric port has one from its subnet manager, never 0."""
     remote: bool = False
     waiting: bool = False
     unit: str | None = None
@@ -157,6 +162,8 @@ def parse(text: str) -> list[Result]:
             current.device = match.group("device")
         elif match := _LINK.match(line):
             current.link = match.group("link")
+        elif match := _LOCAL_LID.match(line):
+            current.lids.add(int(match.group("lid"), 0 if match.group("lid").startswith("0x") else 10))
         elif "remote address" in line:
             current.remote = True
         elif match := _HEADER.search(line):
@@ -206,7 +213,11 @@ def _judge(
 ) -> None:
     where = f"{result.device}"
     expected = params.get("expectedLinkType")
-    if expected and result.link and result.link != expected:
+    # perftest prints "IB" for a port forced to it (--force-link IB) or a non-IB verbs device (EFA).
+    unproven = result.link == "IB" and result.lids == {0}
+    if expected and unproven:
+        missing.append(f"{where}: link type IB but LID 0 (no subnet manager): not proven an InfiniBand port")
+    elif expected and result.link and result.link != expected:
         faults.append(f"{where}: link type {result.link}, expected {expected}")
     if result.unit and _factor(result.unit) is None:
         missing.append(f"{where}: unknown bandwidth unit {result.unit!r}")

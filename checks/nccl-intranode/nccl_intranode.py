@@ -4,17 +4,19 @@
 
 * **Pass** (exit 0): one host; two or more ranks (``expectedGpus`` of them when set); every
   intra-node channel via ``P2P`` (NVLink or PCIe peer-to-peer: ``P2P/IPC``, ``P2P/CUMEM``,
-  ``P2P/direct pointer``), or NVLink SHARP connected (``Connected NVLS``); the run completed
-  (result rows, ``# Out of bounds values : 0 OK``, ``# Avg bus bandwidth``); no error; the bus
-  bandwidth of the largest message at or above ``minBusbwGbps``.
+  ``P2P/direct pointer``), or NVLink SHARP connected (``Connected NVLS``), and every rank connects
+  a channel in the log; the run completed (result rows, ``# Out of bounds values : 0 OK``,
+  ``# Avg bus bandwidth``) and validated its results (a ``#wrong`` count, not ``N/A``: ``-c 1``);
+  no error; the bus bandwidth of the largest message at or above ``minBusbwGbps``.
 * **Fail** (exit 1): a channel via ``SHM`` (NCCL fell back to host shared memory: P2P disabled,
   unsupported or blocked) or via ``NET`` inside the Node; ``requireNvlink`` and a graph of
   another type; an NCCL or CUDA error; wrong elements or out-of-bounds values; a bus bandwidth
   below the threshold or zero.
 * **Inconclusive** (exit 3): all_reduce_perf absent or not run; no NCCL debug lines or no
-  channel lines (the transport is not proven); fewer ranks than ``expectedGpus`` or one rank; a
-  log of several hosts (not an intra-node run); no completion summary (cut short, hung);
-  ``minBusbwGbps`` not set.
+  channel lines, or ranks that connect no channel in the log (a log cut at its start): the
+  transport is not proven; fewer ranks than ``expectedGpus`` or one rank; a log of several hosts
+  (not an intra-node run); no completion summary (cut short, hung); results not validated
+  (``-c 0``: ``#wrong`` ``N/A`` in every row); ``minBusbwGbps`` not set.
 
 Parameters (run mode: ``SIGNAL_PARAM_<NAME>``; ``--verify``: ``--<name> value``):
 ``minBusbwGbps`` (required: GB/s as nccl-tests prints), ``expectedGpus``, ``requireNvlink``
@@ -64,7 +66,7 @@ _CHANNEL = re.compile(
 )
 _NVLS = re.compile(r"NCCL INFO (?:Connected NVLS|NVLS comm|.*\b[1-9]\d* nvls channels)")
 _GRAPH = re.compile(r"NCCL INFO Pattern \d+, crossNic \d+, nChannels \d+, bw [\d.]+/[\d.]+, type (?P<type>[A-Z]+)/")
-_INIT = re.compile(r"NCCL INFO .*\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b.* Init COMPLETE", re.I)
+_COMM_DONE = re.compile(r"NCCL INFO .*\brank (?P<rank>\d+) nranks (?P<nranks>\d+)\b.* (?:Init|Destroy) COMPLETE", re.I)
 _NRANKS = re.compile(r"NCCL INFO comm \S+ rank \d+ nRanks (?P<nranks>\d+) nNodes (?P<nodes>\d+)")
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)")
 _OUT_OF_BOUNDS = re.compile(r"^#?\s*Out of bounds values\s*:\s*(?P<count>\d+)\s+(?P<status>OK|FAILED)\b")
@@ -85,6 +87,7 @@ class Parsed:
     hosts: set[str] = field(default_factory=set)
     vias: list[str] = field(default_factory=list)
     channel_ranks: set[int] = field(default_factory=set)
+    channel_sources: set[int] = field(default_factory=set)
     nvls: bool = False
     graph_types: set[str] = field(default_factory=set)
     nranks: set[int] = field(default_factory=set)
@@ -133,7 +136,8 @@ def _row(line: str) -> tuple[int, float, float | None, str, str] | None:
 def parse_log(text: str) -> Parsed:
     parsed = Parsed()
     for raw in text.splitlines():
-        line = _PREFIX.sub("", raw.rstrip())
+        # A paste indented as a whole (a Markdown list's code block) reads like the output itself.
+        line = _PREFIX.sub("", raw.strip()).lstrip()
         if _ERRORS.search(line):
             if _NET_WARNING.search(line):
                 parsed.net_warnings += 1
@@ -142,7 +146,7 @@ def parse_log(text: str) -> Parsed:
         if prefix := _NCCL_LINE.match(line):
             parsed.nccl_lines += 1
             parsed.hosts.add(prefix.group("host"))
-        if not prefix and (line.startswith(("#", " ")) or line.lstrip().startswith(("Rank", "Out of", "Avg bus"))):
+        if not prefix and line.startswith(("#", "Rank", "Out of", "Avg bus")):
             if match := _RANK_HEADER.match(line):
                 parsed.header[int(match.group("rank"))] = match.group("host").split(".")[0]
                 continue
@@ -157,11 +161,12 @@ def parse_log(text: str) -> Parsed:
         if match := _CHANNEL.search(line):
             parsed.vias.append(match.group("via"))
             parsed.channel_ranks |= {int(match.group("src")), int(match.group("dst"))}
+            parsed.channel_sources.add(int(match.group("src")))
         if _NVLS.search(line):
             parsed.nvls = True
         if match := _GRAPH.search(line):
             parsed.graph_types.add(match.group("type"))
-        if match := _INIT.search(line):
+        if match := _COMM_DONE.search(line):
             parsed.nranks.add(int(match.group("nranks")))
         if match := _NRANKS.search(line):
             parsed.nranks.add(int(match.group("nranks")))
@@ -194,7 +199,7 @@ def config_problems(params: dict[str, str]) -> list[str]:
     return problems
 
 
-def _transport(parsed: Parsed, params: dict[str, str], faults: list[str], missing: list[str]) -> str:
+def _transport(parsed: Parsed, params: dict[str, str], world: int, faults: list[str], missing: list[str]) -> str:
     kinds = sorted({via.split("/")[0] for via in parsed.vias})
     shm = [v for v in parsed.vias if v.startswith("SHM")]
     net = [v for v in parsed.vias if v.startswith(("NET", "COLLNET"))]
@@ -204,6 +209,8 @@ def _transport(parsed: Parsed, params: dict[str, str], faults: list[str], missin
         faults.append(f"{len(net)} channel(s) via {net[0]} inside one Node: GPU P2P and SHM both unavailable")
     if not parsed.vias and not parsed.nvls:
         missing.append("no channel lines: the transport is not proven (run with NCCL_DEBUG=INFO)")
+    elif parsed.vias and (silent := sorted(set(range(world)) - parsed.channel_sources)):
+        missing.append(f"rank(s) {silent[:8]} connect no channel in the log: their transport is not proven")
     if params.get("requireNvlink", "").lower() == "true":
         if parsed.graph_types and "NVL" not in parsed.graph_types and not parsed.nvls:
             faults.append(f"requireNvlink: NCCL's graph is {'/'.join(sorted(parsed.graph_types))}, not NVL")
@@ -258,12 +265,14 @@ def verify_text(text: str, params: dict[str, str], *, exit_code: int | None = 0)
         missing.append(f"{world} rank(s), expected {expected} (every GPU of the Node)")
     if not parsed.nccl_lines:
         missing.append("no NCCL debug lines: run with NCCL_DEBUG=INFO")
-    transport = _transport(parsed, params, faults, missing) if parsed.nccl_lines else "none"
+    transport = _transport(parsed, params, world, faults, missing) if parsed.nccl_lines else "none"
     wrong = [size for size, _, _, w1, w2 in parsed.rows if any((_float(w) or 0) != 0 for w in (w1, w2) if w != "N/A")]
     if wrong:
         faults.append(f"wrong elements at size(s) {wrong[:4]}")
     if not parsed.rows or parsed.out_of_bounds is None or parsed.avg_busbw is None:
         missing.append("the run did not complete: no result rows or no nccl-tests summary")
+    elif all(w == "N/A" for _, _, _, w1, w2 in parsed.rows for w in (w1, w2)):
+        missing.append("the results were not validated (#wrong N/A in every row: nccl-tests ran with -c 0)")
     elif parsed.out_of_bounds != (0, "OK"):
         faults.append(f"out of bounds values: {parsed.out_of_bounds[0]} {parsed.out_of_bounds[1]}")
     measurements: Measurements = {"world_size": world, "hosts": len(hosts), "transport": transport[:64]}

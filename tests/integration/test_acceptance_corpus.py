@@ -1,5 +1,5 @@
 """Acceptance against a corpus of adversarial evidence (issue 5, acceptance 2 and 4), on the
-real API server: the controller's own acceptance code (controller/accept.py) reads crafted
+real API server: the controller's own acceptance code (controller/reconcile/accept.py) reads crafted
 check evidence ConfigMaps and Nodes through the API, decides, persists the Run's evidence
 and projects. A valid document is the control: it must give Succeeded and Pass."""
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from controller.accept import accept, check_evidence_name
-from controller.runview import run_view
-from controller.state import Context
+from controller.reconcile.accept import accept, check_evidence_name
+from controller.reconcile.state import Context
+from controller.rules.runview import run_view
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster

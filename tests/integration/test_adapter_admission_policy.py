@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from adapter.workloads import backend_pod, mpijob
+from adapter.mpispec import mpijob
+from adapter.workloads import backend_pod
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.install import configure_runner_image, released_runner_image

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from adapter.workloads import backend_pod, mpijob
+from adapter.mpispec import mpijob
+from adapter.workloads import backend_pod
 from localcluster.cluster import LocalCluster
 from localcluster.install import configure_runner_image
 from localcluster.kube import ApiError, KubeClient, resource_path

@@ -1,6 +1,6 @@
 """The adapter WorkflowTemplate executed by REAL Argo Workflows (v4.0.5 workflow-controller and
 argoexec, built from the Go module proxy as local test infrastructure) on the local control
-plane: the controller's Workflow (controller.manifests.workflow_manifest), the generated
+plane: the controller's Workflow (controller.rules.manifests.workflow_manifest), the generated
 template from deploy/, the adapter's RBAC from deploy/, the executor's Pods (emissary main
 container, wait sidecar) hosted by the process kubelet in private mount namespaces, and the
 adapter inside the step Pod using in-cluster config as its ServiceAccount (issue 5)."""
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.manifests import workflow_manifest
+from controller.rules.manifests import workflow_manifest
 from localcluster.argoworkflows import SYSTEM_NODE
 from localcluster.binaries import argo_build_dir
 from localcluster.cluster import LocalCluster

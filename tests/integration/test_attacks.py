@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 
-from controller import metrics
-from controller.accept import accept, check_evidence_name, evidence_name
-from controller.manifests import workflow_manifest
-from controller.runview import run_view
-from controller.state import Context
+from controller.reconcile import metrics
+from controller.reconcile.accept import accept, check_evidence_name, evidence_name
+from controller.reconcile.state import Context
+from controller.rules.manifests import workflow_manifest
+from controller.rules.runview import run_view
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster
@@ -71,7 +71,7 @@ FAIL = "#!/bin/sh\necho 'this Node is broken'\nexit 1\n"
 
 @pytest.fixture
 async def acceptance(cluster: LocalCluster, namespace: str) -> AsyncIterator[Context]:
-    """The controller's acceptance code in this process (as controller/accept.py runs it),
+    """The controller's acceptance code in this process (as controller/reconcile/accept.py runs it),
     with an admin's client: in this namespace no evidence policy is installed, so the forged
     document can exist, as it could where the policy is missing or for a writer it admits."""
     kube = Kube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")

@@ -28,7 +28,8 @@ import pytest
 import yaml
 
 from adapter import workflow_template
-from adapter.workloads import backend_pod, mpijob
+from adapter.mpispec import mpijob
+from adapter.workloads import backend_pod
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import KUBELET_NODE, KUBELET_USER

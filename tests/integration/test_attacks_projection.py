@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.nodes import node_view
-from controller.reassert import reassert_projections
-from controller.state import Context
+from controller.reconcile.reassert import reassert_projections
+from controller.reconcile.state import Context
+from controller.rules.nodes import node_view
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster
@@ -225,7 +225,7 @@ async def test_a_record_cache_behind_the_node_never_takes_its_result_back(
     fresh = await record(newer)
     kube = Kube(identities.admin(cluster.plane).endpoint(), field_manager="signal-controller")
     try:
-        # Shortly after both Runs, within the profile's freshness window (controller/expiry.py).
+        # Shortly after both Runs, within the profile's freshness window (controller/reconcile/expiry.py).
         ctx = Context(kube, namespace, "reassert-test", clock=lambda: datetime(2026, 11, 30, 3, tzinfo=UTC))
 
         async def resync(profile_seen: Obj) -> int:

@@ -47,6 +47,7 @@ STAND_INS = [
     ("dcgm-diag", "text_3.3.9_r3_a10g_targeted_power_fail.txt", {"level": "3"}, {}, "Fail"),
     ("dcgm-diag", "err_hostengine_unreachable.txt", {"level": "1"}, {}, "Inconclusive"),
     ("nccl-intranode", "shm_fallback_nvswitch.log", {"minBusbwGbps": "100"}, {}, "Fail"),
+    ("nccl-intranode", "a100x2_sendrecv_p2p_direct_complete.log", {"minBusbwGbps": "70"}, {}, "Pass"),
     ("ib-bandwidth", "roce_server_98gbps.txt", {"minGbps": "90"}, {"SIGNAL_RANK": "0"}, "Pass"),
 ]
 

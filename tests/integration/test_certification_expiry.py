@@ -1,17 +1,17 @@
 """Issue 43, item 4: certification that expires. The labels schedulers select on stop saying
 ``Pass`` once the result's freshness window has passed, once the profile's suite changes and
-once the profile is deleted; the re-assertion keeps them ``Stale`` (controller/expiry.py). Run
+once the profile is deleted; the re-assertion keeps them ``Stale`` (controller/reconcile/expiry.py). Run
 here through the controller's own passes over its caches, against the real API server."""
 
 import json
 from datetime import UTC, datetime, timedelta
 
-from controller.accept import accept, check_evidence_name
-from controller.expiry import expire_orphaned
-from controller.nodes import node_view
-from controller.reassert import reassert_projections
-from controller.runview import run_view
-from controller.state import Context
+from controller.reconcile.accept import accept, check_evidence_name
+from controller.reconcile.expiry import expire_orphaned
+from controller.reconcile.reassert import reassert_projections
+from controller.reconcile.state import Context
+from controller.rules.nodes import node_view
+from controller.rules.runview import run_view
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster

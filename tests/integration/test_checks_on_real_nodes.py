@@ -31,8 +31,8 @@ import pytest
 from adapter.inputs import Inputs, parse_inputs
 from adapter.main import INTERRUPTED
 from adapter.workloads import DEFAULT_RUNNER_IMAGE, MPI_JOB_LABEL, backend_pod, mpijob_name
-from controller.eligibility import ineligibility
-from controller.nodes import node_view
+from controller.rules.eligibility import ineligibility
+from controller.rules.nodes import node_view
 from kubeio.client import Kube
 from kubeio.errors import AlreadyExists as KubeAlreadyExists
 from kubeio.errors import NotFound as KubeNotFound

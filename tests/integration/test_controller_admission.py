@@ -10,8 +10,8 @@ from typing import cast
 
 import pytest
 
-from controller.manifests import group_hash, run_name
-from controller.nodes import NodeView
+from controller.rules.manifests import group_hash, run_name
+from controller.rules.nodes import NodeView
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, resource_path
 from shared import keys, policies

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.ledger import Group
-from controller.state import Context, NotLeader
+from controller.reconcile.state import Context, NotLeader
+from controller.rules.ledger import Group
 from kubeio.client import Kube
 from kubeio.errors import Conflict
 from localcluster import identities

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.ledger import LEDGER_NAME
-from controller.profiles import LEDGER_UNREADABLE
+from controller.reconcile.profiles import LEDGER_UNREADABLE
+from controller.rules.ledger import LEDGER_NAME
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import free_port
 from localcluster.kube import KubeClient, Obj, resource_path

@@ -4,8 +4,8 @@ by a Workflow someone else made, which ends that Run but never the profile."""
 
 from pathlib import Path
 
-from controller.manifests import GROUP_HASH_LABEL, group_hash, run_name
-from controller.nodes import node_view
+from controller.rules.manifests import GROUP_HASH_LABEL, group_hash, run_name
+from controller.rules.nodes import node_view
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys

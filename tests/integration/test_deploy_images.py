@@ -11,8 +11,9 @@ from typing import Any
 import yaml
 
 from adapter.main import parser
+from adapter.mpispec import mpijobs
 from adapter.workflow_template import RUNNER_IMAGE_ENV
-from adapter.workloads import backend_pod, mpijobs
+from adapter.workloads import backend_pod
 from shared import keys
 from tests.integration.test_deploy_manifests import DEPLOY, kustomize
 from tests.unit.signal_builders import make_inputs

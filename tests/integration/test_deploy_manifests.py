@@ -25,7 +25,8 @@ import pytest
 import yaml
 
 from adapter.inputs import Inputs
-from adapter.workloads import backend_pod, mpijob
+from adapter.mpispec import mpijob
+from adapter.workloads import backend_pod
 from localcluster.binaries import kplane_binary
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from controller.leader import LeaderElector, Leadership, LeaseLost
-from controller.state import NotLeader
+from controller.process.leader import LeaderElector, Leadership, LeaseLost
+from controller.reconcile.state import NotLeader
 from kubeio import testhooks
 from kubeio.client import Kube, resource_path
 from localcluster import hooked, identities

@@ -1,6 +1,6 @@
 """The portal (signal-portal) on the real API server, as its own ServiceAccount with the RBAC
 of deploy/base/portal-rbac.yaml: every state produced by real Runs decided by the controller's
-own acceptance code (controller/accept.py, in-process, as in the acceptance corpus);
+own acceptance code (controller/reconcile/accept.py, in-process, as in the acceptance corpus);
 workspace isolation between two users; a pagination walk while Runs are being written; and
 schemathesis against the served OpenAPI document (no server error).
 
@@ -27,9 +27,9 @@ import schemathesis
 import yaml
 from schemathesis.checks import not_a_server_error
 
-from controller.accept import accept, check_evidence_name
-from controller.runview import run_view
-from controller.state import Context
+from controller.reconcile.accept import accept, check_evidence_name
+from controller.reconcile.state import Context
+from controller.rules.runview import run_view
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster

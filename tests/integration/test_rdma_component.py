@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from adapter.inputs import Inputs
-from adapter.workloads import mpijob
+from adapter.mpispec import mpijob
 from localcluster.install import bind_policy_to
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys

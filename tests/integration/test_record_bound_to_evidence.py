@@ -3,7 +3,7 @@ profile's ``status.certifiedNodes`` (reproduced on the demo cluster with a Pod r
 ``signal-controller``, minted through the MPI operator's rights) rewrote a Node's entry from
 Fail to Pass, and the re-assertion then defended the forged Pass on the trusted label. Now a
 ``Pass`` entry is projected only when the Run evidence it cites proves it
-(controller/recordproof.py); the forged one is projected Inconclusive, with a Warning Event
+(controller/reconcile/recordproof.py); the forged one is projected Inconclusive, with a Warning Event
 ``CertifiedRecordUnproven`` and ``signal_certified_record_unproven_total``, and recurrence
 takes it as due at once.
 
@@ -15,13 +15,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from controller import metrics
-from controller.accept import accept, check_evidence_name
-from controller.lifecycle import recur
-from controller.nodes import node_view
-from controller.reassert import reassert_projections
-from controller.runview import run_view
-from controller.state import Context
+from controller.reconcile import metrics
+from controller.reconcile.accept import accept, check_evidence_name
+from controller.reconcile.lifecycle import recur
+from controller.reconcile.reassert import reassert_projections
+from controller.reconcile.state import Context
+from controller.rules.nodes import node_view
+from controller.rules.runview import run_view
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.manifests import snapshot_manifest
-from controller.reservations import NODE_WRITE_CONCURRENCY
+from controller.reconcile.reservations import NODE_WRITE_CONCURRENCY
+from controller.rules.manifests import snapshot_manifest
 from localcluster.cluster import LocalCluster
 from localcluster.kube import ApiError, KubeClient, Obj, resource_path
 from shared import keys

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from controller.accept import accept, check_evidence_name
-from controller.runview import run_view
-from controller.state import Context
+from controller.reconcile.accept import accept, check_evidence_name
+from controller.reconcile.state import Context
+from controller.rules.runview import run_view
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster

@@ -1,5 +1,5 @@
 """A reservation's first try is decided on the informer's view of the Node
-(controller/reservations.py ``reserve``), against the real API server: when the view is
+(controller/reconcile/reservations.py ``reserve``), against the real API server: when the view is
 current, the Node is reserved with no read of it; when the Node changed after the view was
 taken, the patch made from the view is refused (its resourceVersion is stale) and an uncached
 read decides: what another writer added is kept, and a Node cordoned meanwhile is never
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from controller.nodes import node_view
-from controller.reservations import AdmissionAborted, reserve
-from controller.runview import ParticipantRef, run_view
-from controller.state import Context
+from controller.reconcile.reservations import AdmissionAborted, reserve
+from controller.reconcile.state import Context
+from controller.rules.nodes import node_view
+from controller.rules.runview import ParticipantRef, run_view
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster

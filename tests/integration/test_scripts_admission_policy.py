@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.manifests import snapshot_manifest
+from controller.rules.manifests import snapshot_manifest
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj

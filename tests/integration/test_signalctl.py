@@ -1,7 +1,7 @@
 """``signalctl`` as an operator runs it: a subprocess with a kubeconfig, against the real API
 server. Evidence is produced the way the acceptance corpus does it (tests/integration/
 test_acceptance_corpus.py): a Run created as admin, check evidence from tests/evidence_builders.py,
-then the controller's own acceptance (controller.accept.accept) in-process."""
+then the controller's own acceptance (controller.reconcile.accept.accept) in-process."""
 
 import argparse
 import asyncio
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from controller.accept import accept, check_evidence_name
-from controller.runview import run_view
-from controller.state import Context
+from controller.reconcile.accept import accept, check_evidence_name
+from controller.reconcile.state import Context
+from controller.rules.runview import run_view
 from kubeio.client import Kube
 from kubeio.errors import AlreadyExists
 from localcluster import identities

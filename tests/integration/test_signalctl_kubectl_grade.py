@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.sources import verify_source
-from controller.state import Context
+from controller.reconcile.state import Context
+from controller.rules.sources import verify_source
 from kubeio.client import Kube
 from localcluster import identities
 from localcluster.cluster import LocalCluster

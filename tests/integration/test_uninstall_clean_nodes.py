@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from controller.projection import node_condition, projection_patch
+from controller.rules.projection import node_condition, projection_patch
 from localcluster import identities
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient, Obj, resource_path

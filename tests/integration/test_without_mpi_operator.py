@@ -190,7 +190,7 @@ async def test_profile_with_an_mpijob_check_is_not_admissible_until_the_crd_exis
         runs = await eventually(world.runs, timeout=30, what=f"a Run admitted once the CRD exists\n{controller.logs()}")
         assert len(runs) == 1
 
-        # The pass that admits a group writes no status (controller/profiles.py): the profile
+        # The pass that admits a group writes no status (controller/reconcile/profiles.py): the profile
         # said MPIJobCRDNotInstalled until the next pass wrote what is left, which CI once read
         # before it came. What is left here: no requested Node, so not Admissible for want of Nodes.
         async def rewritten() -> Obj | None:

@@ -14,11 +14,14 @@ with Signal's admission policies from deploy/:
   the kubelet ignores the annotation, the check still runs);
 * RDMA's ``IPC_LOCK``: refused by the namespace as installed; after the change the operator guide
   names (Pod Security ``enforce: privileged`` on the namespace, the policy's ``capabilities``
-  'IPC_LOCK'), the check's process holds CAP_IPC_LOCK on the node.
+  'IPC_LOCK') the Pod is admitted, but its non-root process does not hold CAP_IPC_LOCK (a strict
+  expected failure); what pins memory is the memlock limit inherited from the node's containerd
+  (the guide's node change), shown by pinning 4 MiB under containerd's limit and failing below it.
 
 Run under ``flock /tmp/signal-realnode.lock``."""
 
 import asyncio
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -60,6 +63,21 @@ echo "CapEff $eff"
 printf '{"cap_eff": "%s"}' "$eff" > "$SIGNAL_MEASUREMENTS_FILE"
 # CAP_IPC_LOCK is bit 14.
 [ $(( 0x$eff >> 14 & 1 )) -eq 1 ]
+"""
+PIN_MIB = 4
+PIN_SCRIPT = f"""#!/usr/bin/env python3
+import ctypes, json, mmap, os, resource
+soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+size = {PIN_MIB} << 20
+buffer = mmap.mmap(-1, size)
+address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
+libc = ctypes.CDLL(None, use_errno=True)
+pinned = libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(size)) == 0
+error = "" if pinned else os.strerror(ctypes.get_errno())
+print(f"uid {{os.getuid()}} memlock soft {{soft}} hard {{hard}}: mlock of {PIN_MIB} MiB", "ok" if pinned else error)
+with open(os.environ["SIGNAL_MEASUREMENTS_FILE"], "w") as out:
+    json.dump({{"uid": os.getuid(), "memlock_soft": soft, "pinned": pinned, "error": error}}, out)
+raise SystemExit(0 if pinned else 1)
 """
 PLAIN_SCRIPT = """#!/bin/sh
 echo "on $SIGNAL_NODE_NAME"
@@ -203,3 +221,61 @@ async def test_ipc_lock_after_the_documented_rdma_change(real: RealCluster, worl
             path, {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
         )
         await configure_adapter_workloads(real.cluster, real.admin, real.namespace)
+
+
+def containerd_pid(real: RealCluster, node: str) -> int:
+    (found,) = [n for n in real.nodes if n.name == node]
+    (process,) = [p for p in found.processes if p.name == "containerd"]
+    assert process.running(), f"node {node}: containerd is not running"
+    return process.process.pid
+
+
+def memlock_of(pid: int) -> str:
+    """``SOFT:HARD`` of RLIMIT_MEMLOCK of process ``pid``, as prlimit takes it back."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max locked memory"):
+            soft, hard = line.split()[3:5]
+            return f"{soft}:{hard}"
+    raise AssertionError(f"no memlock line in /proc/{pid}/limits")
+
+
+def set_memlock(pid: int, value: str) -> None:
+    subprocess.run(["prlimit", f"--pid={pid}", f"--memlock={value}"], check=True, capture_output=True, timeout=30)
+
+
+async def test_memory_pinning_follows_the_node_memlock_limit(real: RealCluster, world: RealWorld) -> None:
+    """What verbs need of the node (docs/operator-guide.md 'RDMA checks'): the check's non-root
+    process pins memory only under the memlock limit its container inherits from containerd (no
+    capability is involved). The guide's node change is containerd's ``LimitMEMLOCK=infinity``;
+    this machine cannot raise a limit (no CAP_SYS_RESOURCE: its hard memlock is 8 MiB), so the test
+    shows the same inheritance within it: containerd's soft limit lowered to 1 MiB (a node without
+    the change), then raised back to the hard limit (the change), with ``prlimit`` on the running
+    containerd, whose shims started afterwards inherit it, as a restarted containerd's do."""
+    pid = containerd_pid(real, NODES[0])
+    before = memlock_of(pid)
+    hard = before.split(":")[1]
+    assert hard == "unlimited" or int(hard) >= 2 * PIN_MIB << 20, f"containerd's hard memlock {hard} is too low"
+    try:
+        set_memlock(pid, f"{1 << 20}:{hard}")
+        await world.setup_real(NODES[:1], {"pin.py": PIN_SCRIPT}, [check("pin", "pin.py")])
+        outcome = await world.adapter(0)
+        results = (await evidence_of(world, outcome))["results"]
+        (participant,) = results["participants"]
+        print(f"\nunder containerd's memlock of 1 MiB: {participant['measurements']}")
+        assert participant["measurements"]["uid"] == 65532, participant
+        assert participant["measurements"]["memlock_soft"] == 1 << 20, participant
+        assert participant["measurements"]["pinned"] is False, participant
+        assert results["verdict"] == "Fail", results
+        set_memlock(pid, f"{hard}:{hard}")
+        await world.cleanup()
+        await world.setup_real(NODES[:1], {"pin.py": PIN_SCRIPT}, [check("pin", "pin.py")])
+        outcome = await world.adapter(0)
+        results = (await evidence_of(world, outcome))["results"]
+        (participant,) = results["participants"]
+        print(f"under containerd's memlock of {hard}: {participant['measurements']}")
+        assert results["verdict"] == "Pass", results
+        assert participant["measurements"]["pinned"] is True, participant
+        expected = -1 if hard == "unlimited" else int(hard)  # RLIM_INFINITY is -1 in Python
+        assert participant["measurements"]["memlock_soft"] == expected, participant
+    finally:
+        set_memlock(pid, before)

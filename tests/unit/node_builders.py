@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from controller.nodes import RESERVED_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY, NodeView, node_view
+from controller.rules.nodes import RESERVED_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY, NodeView, node_view
 from shared import keys
 from shared.profile import CertificationProfile
 from tests.builders import ProfileBuilder

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from adapter import workloads
+from adapter import mpispec, workloads
 from adapter.collect import collect_mpi, collect_pods, foreign, pod_result, pod_workloads, terminal
 from adapter.inputs import Inputs, Refusal, parse_inputs, validate_against_run
 from adapter.kueue import KUEUE_ADMISSION_GATE, KUEUE_QUEUE_LABEL
@@ -436,7 +436,7 @@ def test_names_are_deterministic() -> None:
     assert workloads.mpijob_name(other) != workloads.mpijob_name(a)
     assert workloads.check_selector(a) == f"{keys.RUN_UID_LABEL}={RUN_UID},{keys.CHECK_LABEL}=inventory"
     assert workloads.backend_pod(a, 1, "n", "i") == workloads.backend_pod(b, 1, "n", "i")
-    assert workloads.mpijob(a, "i") == workloads.mpijob(b, "i")
+    assert mpispec.mpijob(a, "i") == mpispec.mpijob(b, "i")
 
 
 def mpi_inputs(count: int = 3, run_name: str = RUN_NAME, check_index: int = 0, **check: Any) -> Inputs:
@@ -445,7 +445,7 @@ def mpi_inputs(count: int = 3, run_name: str = RUN_NAME, check_index: int = 0, *
 
 def test_mpijob_shape() -> None:
     inputs = mpi_inputs(3, gpuCount=8, workload=POLICY)
-    job = workloads.mpijob(inputs, "img:2", sshd="/opt/sshd")
+    job = mpispec.mpijob(inputs, "img:2", sshd="/opt/sshd")
     name = workloads.mpijob_name(inputs)
     assert (job["apiVersion"], job["kind"]) == (workloads.MPI_API, "MPIJob")
     assert job["metadata"]["name"] == name
@@ -496,7 +496,7 @@ def test_mpijob_shape() -> None:
     assert "SIGNAL_PARTICIPANT_INDEX" not in env_of(worker_container)
     launcher_spec = launcher["template"]["spec"]
     # The launcher speaks for every participant: never on a Node under test.
-    assert launcher_spec["affinity"] == workloads.off_nodes_under_test(["gpu-000", "gpu-001", "gpu-002"])
+    assert launcher_spec["affinity"] == mpispec.off_nodes_under_test(["gpu-000", "gpu-001", "gpu-002"])
     assert "podAntiAffinity" not in launcher_spec["affinity"]
     assert launcher_spec["activeDeadlineSeconds"] == 300
     launcher_container = container_of(launcher_spec)
@@ -511,14 +511,14 @@ def test_mpijob_shape() -> None:
 def test_mpijob_affinity_follows_participant_indexes_not_input_order() -> None:
     inputs = mpi_inputs(3)
     shuffled = Inputs(**{**inputs.__dict__, "participants": tuple(reversed(inputs.participants))})
-    job = workloads.mpijob(shuffled, "img")
+    job = mpispec.mpijob(shuffled, "img")
     launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
     values = launcher["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert values["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-000"]
 
 
 def test_mpijob_default_sshd_and_no_optional_fields() -> None:
-    job = workloads.mpijob(mpi_inputs(1), "img")
+    job = mpispec.mpijob(mpi_inputs(1), "img")
     worker = job["spec"]["mpiReplicaSpecs"]["Worker"]
     assert worker["replicas"] == 1
     assert container_of(worker["template"]["spec"])["args"] == ["worker", "--sshd", workloads.DEFAULT_SSHD]
@@ -529,7 +529,7 @@ def test_mpijob_default_sshd_and_no_optional_fields() -> None:
 def test_mpijob_worker_hostnames_are_dns_labels_even_for_long_run_names(check_index: int) -> None:
     run_name = "r" * 54
     inputs = mpi_inputs(64, run_name=run_name, check_index=check_index)
-    job = workloads.mpijob(inputs, "img")
+    job = mpispec.mpijob(inputs, "img")
     name = job["metadata"]["name"]
     assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 64
     for host in (f"{name}-worker-63", f"{name}-launcher"):

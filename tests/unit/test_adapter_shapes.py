@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from adapter import workloads
+from adapter import mpispec, workloads
 from adapter.collect import collect_mpi, with_launcher_output
 from adapter.workflow_template import build_workflow_template
 from shared import keys
@@ -54,11 +54,11 @@ def test_backend_pods_tolerate_the_cordon_and_exactly_the_profiles_taints() -> N
     cordon = {"key": keys.RESERVED_TAINT_KEY, "operator": "Equal", "value": RUN_UID, "effect": "NoSchedule"}
     pod = workloads.backend_pod(inputs, 0, "gpu-000", "img")
     assert pod["spec"]["tolerations"] == [cordon, GPU_TAINT, equal]
-    launcher, worker = pod_templates(workloads.mpijob(mpi(2, workload={"tolerations": [GPU_TAINT]}), "img"))
+    launcher, worker = pod_templates(mpispec.mpijob(mpi(2, workload={"tolerations": [GPU_TAINT]}), "img"))
     assert worker["tolerations"] == [cordon, GPU_TAINT]
     assert launcher["tolerations"] == [GPU_TAINT], "a crossNode launcher never goes to a cordoned Node"
     for spec in pod_templates(
-        workloads.mpijob(mpi(2, workload={"tolerations": [GPU_TAINT]}), "img", participant_index=0)
+        mpispec.mpijob(mpi(2, workload={"tolerations": [GPU_TAINT]}), "img", participant_index=0)
     ):
         assert spec["tolerations"] == [cordon, GPU_TAINT]
     assert workloads.backend_pod(make_inputs(1), 0, "gpu-000", "img")["spec"]["tolerations"] == [cordon]
@@ -101,7 +101,7 @@ def test_a_queued_multi_participant_pod_check_is_one_kueue_pod_group(count: int,
 
 def test_pernode_is_the_default_one_launcher_worker_pair_per_participant_on_its_node() -> None:
     inputs = mpi(3, gpuCount=8, mpi={"slotsPerWorker": 8})
-    jobs = workloads.mpijobs(inputs, "img")
+    jobs = mpispec.mpijobs(inputs, "img")
     assert [j["metadata"]["name"] for j in jobs] == [workloads.mpijob_name(inputs, i) for i in range(3)]
     assert len({j["metadata"]["name"] for j in jobs}) == 3
     for index, job in enumerate(jobs):
@@ -117,18 +117,18 @@ def test_pernode_is_the_default_one_launcher_worker_pair_per_participant_on_its_
 
 def test_crossnode_is_one_world_with_slots_per_worker_on_every_node() -> None:
     inputs = mpi(2, gpuCount=4, mpi={"scope": "crossNode", "slotsPerWorker": 4})
-    (job,) = workloads.mpijobs(inputs, "img")
+    (job,) = mpispec.mpijobs(inputs, "img")
     assert job["metadata"]["name"] == workloads.mpijob_name(inputs)
     assert keys.PARTICIPANT_LABEL not in job["metadata"]["labels"]
     assert job["spec"]["slotsPerWorker"] == 4
     assert job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
     launcher, worker = pod_templates(job)
-    assert launcher["affinity"] == workloads.off_nodes_under_test(["gpu-000", "gpu-001"])
+    assert launcher["affinity"] == mpispec.off_nodes_under_test(["gpu-000", "gpu-001"])
     assert node_names(worker) == ["gpu-000", "gpu-001"]
 
 
 def test_mpi_pods_get_the_ssh_fields_a_real_operator_needs_and_workers_a_deadline() -> None:
-    job = workloads.mpijob(mpi(2, backendActiveDeadline="10m"), "img")
+    job = mpispec.mpijob(mpi(2, backendActiveDeadline="10m"), "img")
     assert job["spec"]["sshAuthMountPath"] == keys.RUNNER_SSH_DIR == "/home/signal/.ssh"
     assert job["spec"]["runPolicy"]["cleanPodPolicy"] == "None", "workers stay until the evidence is taken"
     launcher, worker = pod_templates(job)
@@ -243,7 +243,7 @@ def test_pernode_each_participant_gets_its_verdict_from_its_own_launcher(failing
 
 def test_a_crossnode_launcher_is_required_off_every_node_under_test() -> None:
     inputs = mpi(3, gpuCount=4, mpi={"scope": "crossNode"})
-    (job,) = workloads.mpijobs(inputs, "img")
+    (job,) = mpispec.mpijobs(inputs, "img")
     launcher, worker = pod_templates(job)
     (term,) = launcher["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"

@@ -4,7 +4,7 @@
 import pytest
 
 from bench.requestlog import Request, admission_phases, running_cut
-from controller.ledger import LEDGER_NAME
+from controller.rules.ledger import LEDGER_NAME
 
 RUN = "/apis/projectsignal.dev/v1alpha1/namespaces/bench/certificationruns"
 LEDGER = f"/api/v1/namespaces/bench/configmaps/{LEDGER_NAME}"

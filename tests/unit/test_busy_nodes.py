@@ -1,4 +1,4 @@
-"""Issue 43, item 2: the pure decisions of busy Nodes (controller/busy.py): which Pods a drain
+"""Issue 43, item 2: the pure decisions of busy Nodes (controller/rules/busy.py): which Pods a drain
 evicts and waits for, what is free on a Node for ``waitForIdle``, when the wait has timed out,
 and that the profile's ``busyNodes`` reaches the Run (and only when it is not ``none``)."""
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from controller.busy import (
+from controller.rules.busy import (
     busy_policy,
     drain_plan,
     drain_skip,
@@ -20,10 +20,10 @@ from controller.busy import (
     wait_started,
     waiting,
 )
-from controller.manifests import run_manifest
-from controller.requeue import run_requeue
-from controller.runview import run_view
-from controller.workqueue import Done, RequeueAfter
+from controller.rules.manifests import run_manifest
+from controller.rules.requeue import run_requeue
+from controller.rules.runview import run_view
+from controller.rules.workqueue import Done, RequeueAfter
 from shared.busynodes import BusyNodes
 from shared.profile import ProfileSpec
 from shared.run import CertificationRun

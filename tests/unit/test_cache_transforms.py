@@ -1,5 +1,5 @@
 """Issue 47 goal 1: the controller's caches keep only what it reads (shared/cachetransform.py,
-controller/runview.py ``cached_form``). A field a transform drops cannot be read from the cache:
+controller/rules/runview.py ``cached_form``). A field a transform drops cannot be read from the cache:
 reading it raises, so a reader added later fails here or in its own tests instead of deciding
 on a missing value; and what the controller builds from a cached Run is what it builds from the
 whole object."""
@@ -10,9 +10,15 @@ from typing import Any
 
 import pytest
 
-from controller.manifests import owner_reference, release_patch, reservation_patch, snapshot_manifest, workflow_manifest
-from controller.nodes import node_view
-from controller.runview import PARTICIPANT_DROPPED, run_view
+from controller.rules.manifests import (
+    owner_reference,
+    release_patch,
+    reservation_patch,
+    snapshot_manifest,
+    workflow_manifest,
+)
+from controller.rules.nodes import node_view
+from controller.rules.runview import PARTICIPANT_DROPPED, run_view
 from shared import keys, quarantine
 from shared.cachetransform import DroppedField, pruned, shared_mapping
 

@@ -47,6 +47,9 @@ CASES = [
     ("err_hostengine_invalid.txt", {}, "Inconclusive", "Unable to connect to host engine"),
     ("json_3.x_r3_skips_elided.json", {}, "Inconclusive", "does not parse"),
     ("text_4.4.2_r2_pass.txt", {"level": "5"}, "Inconclusive", "level must be"),
+    ("json_4.2.3_r1_gb10_persistence_fail.json", {}, "Fail", "Persistence mode for GPU 0 is disabled"),
+    ("json_3.1.0_8gpu_warning_prefix_nulls.json", {}, "Inconclusive", "WARNING: THIS SHOULD NOT HAPPEN"),
+    ("json_3.1.0_8gpu_warning_prefix_nulls.json", {"allowWarnings": "true"}, "Pass", None),
 ]
 
 
@@ -67,6 +70,27 @@ def test_every_fixture_names_its_source_and_is_covered() -> None:
         assert path.read_text(encoding="utf-8").startswith("# source: "), path.name
         assert path.name in covered, f"{path.name} has no case"
     assert len(covered) >= 8
+
+
+def test_a_json_document_after_other_lines_is_still_read() -> None:
+    """DCGM's own copy of a real 3.1.0 output prints a warning line before the document and null
+    entries between tests. Before, the output was read as a table: 'no diagnostic results in the
+    output', even with allowWarnings."""
+    verdict = dcgm.verify_text(fixture(CHECK, "json_3.1.0_8gpu_warning_prefix_nulls.json"), {})
+    assert verdict.missing == ("DCGM printed before its results: WARNING: THIS SHOULD NOT HAPPEN",)
+    assert verdict.measurements["form"] == "json"
+    assert verdict.measurements["tests"] == 10
+    assert verdict.measurements["test_software"] == "pass"
+    assert verdict.measurements["dcgm_version"] == "3.1.0"
+
+
+def test_dcgm_4x_entity_results_and_metadata_are_read() -> None:
+    """The document DCGM 4.2.3 emitted on a GB10: entity results under 'DCGM Diagnostic', the
+    versions under 'metadata'."""
+    verdict = dcgm.verify_text(fixture(CHECK, "json_4.2.3_r1_gb10_persistence_fail.json"), {})
+    assert verdict.measurements["dcgm_version"] == "4.2.3"
+    assert verdict.measurements["driver_version"] == "580.82.09"
+    assert verdict.measurements["test_software"] == "fail"
 
 
 def test_every_tests_result_is_measured() -> None:

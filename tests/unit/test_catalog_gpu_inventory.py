@@ -52,6 +52,7 @@ CASES = [
     ("err_version_mismatch_old.txt", {"expectedGpuCount": "8"}, "Fail", "Driver/library version mismatch"),
     ("err_gpu_lost.txt", {"expectedGpuCount": "8"}, "Fail", "GPU is lost"),
     ("err_device_handle_unknown.txt", {"expectedGpuCount": "8"}, "Fail", "does not answer"),
+    ("err_no_devices_vbios.txt", {"expectedGpuCount": "1"}, "Fail", "No devices were found"),
     ("xml_a10g.xml", {"expectedGpuCount": "1"}, "Pass", None),
     ("xml_tesla-t4.xml", {"expectedGpuCount": "1"}, "Pass", None),
     ("xml_rtx-4000-sff-ada-v13.xml", {"expectedGpuCount": "1"}, "Pass", None),

@@ -51,6 +51,25 @@ CASES = [
     ("no_device_in_pod_indented.txt", {"minGbps": "50"}, "Inconclusive", "no RDMA device"),
     ("completion_error_status_12.txt", {"minGbps": "50"}, "Fail", "work completion failed"),
     ("rdma_cm_qp_rts_failed.txt", {"minGbps": "50"}, "Fail", "cannot be connected through the link"),
+    ("ib_fabric_send_bidir_duration_client.txt", {"minGbps": "80", "expectedLinkType": "IB"}, "Pass", None),
+    ("ib_fabric_send_bidir_duration_client.txt", {"minGbps": "100"}, "Fail", "95.65 Gb/s at 4096 bytes"),
+    (
+        "ib_fabric_send_bidir_duration_client.txt",
+        {"minGbps": "80", "expectedLinkType": "Ethernet"},
+        "Fail",
+        "link type IB, expected Ethernet",
+    ),
+    ("efa_srd_send_bw_mib_per_sec.txt", {"minGbps": "70"}, "Pass", None),
+    ("efa_srd_send_bw_mib_per_sec.txt", {"minGbps": "80"}, "Fail", "74.74 Gb/s at 8192 bytes"),
+    ("efa_srd_send_bw_mib_per_sec.txt", {"minGbps": "70", "expectedLinkType": "IB"}, "Inconclusive", "LID 0"),
+    ("spark_force_link_ib_4qp_client.txt", {"minGbps": "100"}, "Pass", None),
+    ("spark_force_link_ib_4qp_client.txt", {"minGbps": "100", "expectedLinkType": "IB"}, "Inconclusive", "LID 0"),
+    (
+        "spark_force_link_ib_4qp_client.txt",
+        {"minGbps": "100", "expectedLinkType": "Ethernet"},
+        "Inconclusive",
+        "not proven an InfiniBand port",
+    ),
 ]
 
 
@@ -63,6 +82,20 @@ def test_verifier_classifies_real_outputs(name: str, params: dict[str, str], out
         assert verdict.missing == ()
     else:
         assert any(reason in r for r in verdict.faults + verdict.missing), (verdict.faults, verdict.missing)
+
+
+def test_link_type_ib_without_a_lid_is_not_proven_either_way() -> None:
+    """perftest prints 'Link type : IB' for a port forced to it (--force-link IB on a DGX Spark's
+    RoCE port) and for an EFA device; both show LID 0, which no port on an InfiniBand fabric has.
+    Before: Pass with expectedLinkType IB, and 'link type IB, expected Ethernet' (a Fail) with
+    Ethernet."""
+    for name in ("spark_force_link_ib_4qp_client.txt", "efa_srd_send_bw_mib_per_sec.txt"):
+        for expected in ("IB", "Ethernet"):
+            verdict = ib.verify_text(fixture(CHECK, name), {"minGbps": "70", "expectedLinkType": expected})
+            assert verdict.outcome == "Inconclusive", (name, expected, verdict.faults)
+            assert verdict.faults == ()
+    fabric = ib.verify_text(fixture(CHECK, "ib_fabric_send_bidir_duration_client.txt"), {"minGbps": "80"})
+    assert fabric.measurements["link_type"] == "IB"
 
 
 def test_every_fixture_names_its_source_and_is_covered() -> None:

@@ -3,10 +3,11 @@ each file's first line names its public source; excerpts are cut at their ends o
 ``--verify`` command line, and the script as the runner runs it (all_reduce_perf absent; a
 stand-in printing a recorded output).
 
-No complete single-Node run with NCCL_DEBUG=INFO channel lines and a finished table was found in
-public sources, so no fixture here is a Pass: the Pass path is the absence of every reason below,
-and Signal's own real-node test is where a Pass is seen."""
+The Passes are complete single-Node runs with NCCL_DEBUG=INFO found in public sources: 4x A100
+all_reduce_perf (NCCL 2.20, a Markdown-indented paste) and 2x A100 sendrecv_perf (NCCL 2.22, channel
+lines inside the table, as lazy connection prints them)."""
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,27 @@ from tests.unit.catalog_support import (
 CHECK, SCRIPT = "nccl-intranode", "nccl_intranode.py"
 intranode = load_check(CHECK, SCRIPT)
 THRESHOLD = {"minBusbwGbps": "100"}
+A100X4 = {"minBusbwGbps": "190", "expectedGpus": "4"}
+A100X2 = {"minBusbwGbps": "70"}
 
 CASES = [
-    # (fixture, parameters, outcome, a reason that must appear)
+    # (fixture, parameters, outcome, a reason that must appear; none for a Pass)
+    ("a100x4_allreduce_indented_complete.log", A100X4, "Pass", ""),
+    ("a100x4_allreduce_indented_complete.log", {"minBusbwGbps": "200"}, "Fail", "below minBusbwGbps 200"),
+    ("a100x4_allreduce_indented_complete.log", {**A100X4, "requireNvlink": "true"}, "Inconclusive", "Pattern"),
+    ("a100x2_sendrecv_p2p_direct_complete.log", A100X2, "Pass", ""),
+    ("a100x2_sendrecv_p2p_direct_complete.log", {"minBusbwGbps": "80"}, "Fail", "71.74 GB/s"),
+    (
+        "a100x2_sendrecv_p2p_direct_complete.log",
+        {**A100X2, "expectedGpus": "4"},
+        "Inconclusive",
+        "2 rank(s), expected 4",
+    ),
+    ("h800x8_nvls_unvalidated_head_cut.log", THRESHOLD, "Inconclusive", "not validated"),
+    ("rtx5090x2_shm_cuda_failure.log", THRESHOLD, "Fail", "via SHM/direct/direct"),
+    ("p5_nvls_expected_results_excerpt.log", THRESHOLD, "Inconclusive", "did not complete"),
+    ("g4dn_t4x8_tail_no_channels.log", {"minBusbwGbps": "5"}, "Inconclusive", "no channel lines"),
+    ("g4dn_t4x8_tail_no_channels.log", THRESHOLD, "Fail", "5.33 GB/s"),
     ("shm_fallback_nvswitch.log", THRESHOLD, "Fail", "via SHM/direct/direct"),
     ("a100x4_shm_and_p2p_mixed.log", THRESHOLD, "Fail", "fell back to host shared memory"),
     ("gtx_p2p_disabled_graph_warn.log", THRESHOLD, "Fail", "NCCL WARN Could not find a path"),
@@ -57,7 +76,50 @@ CASES = [
 def test_verifier_classifies_real_outputs(name: str, params: dict[str, str], outcome: str, reason: str) -> None:
     verdict = intranode.verify_text(fixture(CHECK, name), params)
     assert verdict.outcome == outcome, (verdict.faults, verdict.missing)
-    assert any(reason in r for r in verdict.faults + verdict.missing), (verdict.faults, verdict.missing)
+    if outcome == "Pass":
+        assert (verdict.faults, verdict.missing) == ((), ())
+        assert verdict.measurements["transport"] == "P2P"
+    else:
+        assert any(reason in r for r in verdict.faults + verdict.missing), (verdict.faults, verdict.missing)
+
+
+def test_a_pass_proves_every_rank_on_one_host_over_p2p_and_the_largest_message() -> None:
+    verdict = intranode.verify_text(fixture(CHECK, "a100x4_allreduce_indented_complete.log"), A100X4)
+    assert verdict.measurements == {
+        "world_size": 4,
+        "hosts": 1,
+        "transport": "P2P",
+        "nccl_version": "2.20.5",
+        "largest_bytes": 536870912,
+        "busbw_gbps": 193.7,
+        "threshold_gbps": 190.0,
+        "busbw_avg_gbps": 190.076,
+        "outcome": "Pass",
+    }
+
+
+def test_an_indented_paste_reads_like_the_output_itself() -> None:
+    """A Markdown list's code block indents every line; before, the indented NCCL lines, rank list
+    and summary were not seen ('no NCCL debug lines', 'did not complete')."""
+    text = fixture(CHECK, "a100x4_allreduce_indented_complete.log")
+    source, body = text.split("\n", 1)
+    dedented = intranode.verify_text(source + "\n" + textwrap.dedent(body), A100X4)
+    assert intranode.verify_text(text, A100X4) == dedented
+    assert dedented.outcome == "Pass"
+
+
+def test_a_log_cut_at_its_start_and_unvalidated_is_not_a_pass() -> None:
+    """The last 10 KB of an 8-GPU NVLS run with -c 0: only rank 2 connects a channel in what is left,
+    and no row was validated. Before, both went unseen and it passed."""
+    verdict = intranode.verify_text(fixture(CHECK, "h800x8_nvls_unvalidated_head_cut.log"), THRESHOLD)
+    assert verdict.outcome == "Inconclusive"
+    assert verdict.faults == ()
+    assert verdict.missing == (
+        "rank(s) [0, 1, 3, 4, 5, 6, 7] connect no channel in the log: their transport is not proven",
+        "the results were not validated (#wrong N/A in every row: nccl-tests ran with -c 0)",
+    )
+    assert verdict.measurements["transport"] == "P2P+NVLS"
+    assert verdict.measurements["world_size"] == 8
 
 
 def test_every_fixture_names_its_source_and_is_covered() -> None:
@@ -99,8 +161,12 @@ def test_measurements_fit_the_runner_rules() -> None:
 
 
 def test_verify_command_line_prints_one_json_line_and_exits_with_the_class() -> None:
-    for name, outcome in (("shm_fallback_nvswitch.log", "Fail"), ("h200x8_debug_warn_complete.log", "Inconclusive")):
-        code, line = verify_cli(CHECK, SCRIPT, DATA / CHECK / name, THRESHOLD)
+    for name, params, outcome in (
+        ("shm_fallback_nvswitch.log", THRESHOLD, "Fail"),
+        ("h200x8_debug_warn_complete.log", THRESHOLD, "Inconclusive"),
+        ("a100x2_sendrecv_p2p_direct_complete.log", A100X2, "Pass"),
+    ):
+        code, line = verify_cli(CHECK, SCRIPT, DATA / CHECK / name, params)
         assert (code, line["outcome"]) == (EXIT[outcome], outcome)
         assert set(line) == {"outcome", "faults", "missing", "measurements"}
 
@@ -113,10 +179,17 @@ def test_run_mode_without_the_benchmark_is_inconclusive_naming_it(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    ("name", "outcome"), [("shm_fallback_nvswitch.log", "Fail"), ("h200x8_debug_warn_complete.log", "Inconclusive")]
+    ("name", "params", "outcome"),
+    [
+        ("shm_fallback_nvswitch.log", THRESHOLD, "Fail"),
+        ("h200x8_debug_warn_complete.log", THRESHOLD, "Inconclusive"),
+        ("a100x4_allreduce_indented_complete.log", A100X4, "Pass"),
+    ],
 )
-def test_run_mode_with_a_stand_in_benchmark_reaches_the_outputs_class(tmp_path: Path, name: str, outcome: str) -> None:
+def test_run_mode_with_a_stand_in_benchmark_reaches_the_outputs_class(
+    tmp_path: Path, name: str, params: dict[str, str], outcome: str
+) -> None:
     bin_dir = tool_dir(tmp_path)
     stand_in(bin_dir, "all_reduce_perf", DATA / CHECK / name)
-    code, line, _ = run_check(CHECK, SCRIPT, [bin_dir], THRESHOLD, tmp_path)
+    code, line, _ = run_check(CHECK, SCRIPT, [bin_dir], params, tmp_path)
     assert (code, line["outcome"]) == (EXIT[outcome], outcome)

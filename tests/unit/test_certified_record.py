@@ -1,5 +1,5 @@
 """The authoritative certified-nodes record (shared/certified.py) and the re-assertion of a
-Node's copy from it (controller/projection.reassert_patches): issue 12, item 6. Pure."""
+Node's copy from it (controller/rules/projection.reassert_patches): issue 12, item 6. Pure."""
 
 import base64
 import gzip
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from controller.nodes import node_view
-from controller.projection import expected_copy, node_copy, reassert_patches
+from controller.rules.nodes import node_view
+from controller.rules.projection import expected_copy, node_copy, reassert_patches
 from shared import certified, keys
 from tests.unit.node_builders import make_node
 

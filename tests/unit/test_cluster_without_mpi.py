@@ -1,16 +1,16 @@
 """Issue 41, part 3, the pure decisions: which Runs list MPIJobs (shared/run.may_have_mpijobs),
 what discovery says (kubeio/discovery.serves), when a profile is held back for a missing MPIJob
-API (controller/prerequisites.py), and when and how a failing Run's streak is reported
-(controller/failing.py). On the real API server: tests/integration/test_without_mpi_operator.py."""
+API (controller/rules/prerequisites.py), and when and how a failing Run's streak is reported
+(controller/reconcile/failing.py). On the real API server: tests/integration/test_without_mpi_operator.py."""
 
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from controller.failing import announce, failing_conditions, failure_message, recovered_conditions
-from controller.prerequisites import missing_mpijob_api, mpijob_checks
-from controller.runview import run_view
+from controller.reconcile.failing import announce, failing_conditions, failure_message, recovered_conditions
+from controller.rules.prerequisites import missing_mpijob_api, mpijob_checks
+from controller.rules.runview import run_view
 from kubeio.discovery import DiscoveryError, group_version_path, serves
 from shared import keys
 from shared.profile import CertificationProfile

@@ -2,8 +2,8 @@
 
 import pytest
 
-from controller.admission import _same_admission
-from controller.manifests import controlled_by, owner_reference
+from controller.reconcile.admission import _same_admission
+from controller.rules.manifests import controlled_by, owner_reference
 from tests.builders import run_manifest as wire_run
 
 

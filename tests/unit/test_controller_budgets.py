@@ -1,12 +1,12 @@
-"""controller/budgets.py: failure-domain usage counted over whole live groups, and the
+"""controller/rules/budgets.py: failure-domain usage counted over whole live groups, and the
 domains a new group would push over the budget."""
 
 from collections import Counter
 
 import pytest
 
-from controller.budgets import domain_usage, violations
-from controller.nodes import NodeView
+from controller.rules.budgets import domain_usage, violations
+from controller.rules.nodes import NodeView
 from shared.profile import FailureDomainBudget
 from tests.unit.node_builders import make_node
 

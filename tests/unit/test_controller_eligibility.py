@@ -1,10 +1,10 @@
-"""controller/eligibility.py: whether one Node may join a group, and the first reason why
+"""controller/rules/eligibility.py: whether one Node may join a group, and the first reason why
 not, in a fixed order of precedence."""
 
 import pytest
 
-from controller.eligibility import ineligibility
-from controller.requirements import per_node_requirement
+from controller.rules.eligibility import ineligibility
+from controller.rules.requirements import per_node_requirement
 from shared import keys
 from shared.profile import CertificationProfile
 from tests.builders import ProfileBuilder

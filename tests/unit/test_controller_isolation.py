@@ -1,4 +1,4 @@
-"""controller/loop.py: per-key isolation. The reconcile and the ending of an object are
+"""controller/process/loop.py: per-key isolation. The reconcile and the ending of an object are
 scripted here (what is under test is the loop's decision after each outcome: requeue with
 backoff, requeue promptly on a conflict, end a structurally bad object, stop only when
 fenced or the ledger is malformed); the real paths run against the API server in
@@ -14,14 +14,14 @@ from typing import Any, cast
 
 import pytest
 
-from controller.ledger import LedgerError
-from controller.loop import MAX_FAILURES, Controller
-from controller.queuekeys import Key, Kind
-from controller.recovery import each_pass
-from controller.requeue import run_requeue, stale_after_own_write
-from controller.runview import run_view
-from controller.state import Context, NotLeader
-from controller.workqueue import (
+from controller.process.loop import MAX_FAILURES, Controller
+from controller.reconcile.recovery import each_pass
+from controller.reconcile.state import Context, NotLeader
+from controller.rules.ledger import LedgerError
+from controller.rules.queuekeys import Key, Kind
+from controller.rules.requeue import run_requeue, stale_after_own_write
+from controller.rules.runview import run_view
+from controller.rules.workqueue import (
     Backoff,
     Done,
     RequeueAfter,
@@ -150,7 +150,7 @@ async def test_outcomes(outcomes: list[Any], times: list[float], ended: bool) ->
 
 
 async def test_a_failing_run_is_reported_at_its_first_second_fourth_failure() -> None:
-    """controller/failing.py: the streak reported on the Run and in an Event at 1, 2, 4, 8..."""
+    """controller/reconcile/failing.py: the streak reported on the Run and in an Event at 1, 2, 4, 8..."""
     clock = Clock()
     controller = Scripted([TransportError("refused", "GET", "/x")] * 9 + [Done()], clock)
     await drive(controller, clock)
@@ -393,7 +393,7 @@ async def test_a_cancelled_error_while_ending_an_object_is_retried_not_the_loops
     class Ending(Scripted):
         end = Controller.end  # the real ending, its write scripted below
 
-    monkeypatch.setattr("controller.loop.end_profile", cancelled)
+    monkeypatch.setattr("controller.process.loop.end_profile", cancelled)
     clock = Clock()
     controller = Ending([TerminalError("MalformedProfile", "bad"), Done()], clock)
     controller.queue.add(RUN)

@@ -1,4 +1,4 @@
-"""controller/leader.py: expiry on the local monotonic clock (``observe``, ``may_acquire``)
+"""controller/process/leader.py: expiry on the local monotonic clock (``observe``, ``may_acquire``)
 and when writes are allowed (``Leadership``). The elector against the real API server is in
 tests/integration/test_leader_election.py."""
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from controller.leader import Leadership, Observed, may_acquire, observe, record
-from controller.state import NotLeader
+from controller.process.leader import Leadership, Observed, may_acquire, observe, record
+from controller.reconcile.state import NotLeader
 
 ME = "controller-a"
 

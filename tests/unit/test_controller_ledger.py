@@ -1,4 +1,4 @@
-"""controller/ledger.py: the admission ledger ConfigMap. A malformed ledger is an error
+"""controller/rules/ledger.py: the admission ledger ConfigMap. A malformed ledger is an error
 (admission stops), never an empty ledger."""
 
 import json
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.ledger import LEDGER_NAME, Group, Ledger, LedgerError, ledger_data, ledger_object, parse_ledger
+from controller.rules.ledger import LEDGER_NAME, Group, Ledger, LedgerError, ledger_data, ledger_object, parse_ledger
 
 G1 = Group("gpu-basic", ("n1", "n2"))
 G2 = Group("nccl", ("n7",))

@@ -1,13 +1,13 @@
-"""controller/main.py: one term of leadership ends when the controller is told to stop, at
+"""controller/process/main.py: one term of leadership ends when the controller is told to stop, at
 whatever point of its start-up the stop comes (here: caches that never sync, e.g. a CRD not
 installed yet or a list the API server refuses)."""
 
 import asyncio
 from typing import Any, cast
 
-from controller.leader import LeaderElector
-from controller.main import term
-from controller.state import Context
+from controller.process.leader import LeaderElector
+from controller.process.main import term
+from controller.reconcile.state import Context
 
 
 class NeverSynced:

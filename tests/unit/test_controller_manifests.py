@@ -1,4 +1,4 @@
-"""controller/manifests.py: the objects the controller writes (Run, snapshot, Workflow,
+"""controller/rules/manifests.py: the objects the controller writes (Run, snapshot, Workflow,
 Node reservation and release patches), built from plain data."""
 
 import json
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controller.manifests import (
+from controller.rules.manifests import (
     GROUP_HASH_LABEL,
     WORKFLOW_TEMPLATE,
     group_hash,
@@ -21,7 +21,7 @@ from controller.manifests import (
     suite_deadline_seconds,
     workflow_manifest,
 )
-from controller.nodes import RESERVED_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY, Reservation, node_view
+from controller.rules.nodes import RESERVED_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY, Reservation, node_view
 from shared import keys
 from shared.profile import CertificationProfile
 from shared.run import CertificationRun

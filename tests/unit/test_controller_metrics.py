@@ -1,5 +1,5 @@
 """The controller's metrics (issue 45): the pure counts behind the fleet gauges
-(controller/fleetstats.py) as tables, the work queue's observation hooks, and the series the
+(controller/rules/fleetstats.py) as tables, the work queue's observation hooks, and the series the
 metrics module exposes once they are set."""
 
 import json
@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from controller import fleetstats, metrics
-from controller.nodes import NodeView, node_view
-from controller.runview import RunView, run_view
-from controller.workqueue import Backoff, TokenBucket, WorkQueue
+from controller.reconcile import metrics
+from controller.rules import fleetstats
+from controller.rules.nodes import NodeView, node_view
+from controller.rules.runview import RunView, run_view
+from controller.rules.workqueue import Backoff, TokenBucket, WorkQueue
 from shared import certified, keys
 from shared.run import Phase
 

@@ -1,11 +1,17 @@
-"""controller/nodes.py: parsing raw Node JSON into a NodeView, and the reservation."""
+"""controller/rules/nodes.py: parsing raw Node JSON into a NodeView, and the reservation."""
 
 import json
 from typing import Any
 
 import pytest
 
-from controller.nodes import RESERVED_TAINT_KEY, UNSCHEDULABLE_TAINT_KEY, Reservation, node_view, parse_reservation
+from controller.rules.nodes import (
+    RESERVED_TAINT_KEY,
+    UNSCHEDULABLE_TAINT_KEY,
+    Reservation,
+    node_view,
+    parse_reservation,
+)
 from shared import keys
 from tests.unit.node_builders import NodeBuilder, make_node
 

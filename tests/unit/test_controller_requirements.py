@@ -1,4 +1,4 @@
-"""controller/requirements.py: the per-Node requirement is the element-wise maximum over
+"""controller/rules/requirements.py: the per-Node requirement is the element-wise maximum over
 checks (checks run one after another, so requests are never summed)."""
 
 import time
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from controller.requirements import check_request, per_node_requirement, shortfalls
+from controller.rules.requirements import check_request, per_node_requirement, shortfalls
 from shared import keys
 from shared.profile import Check
 

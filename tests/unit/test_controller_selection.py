@@ -1,4 +1,4 @@
-"""controller/selection.py: deterministic selection of exactly ``count`` Nodes, the
+"""controller/rules/selection.py: deterministic selection of exactly ``count`` Nodes, the
 failure-domain budget over whole live groups, and the bounded Shortfall explanation."""
 
 import random
@@ -6,12 +6,12 @@ from collections import Counter
 
 import pytest
 
-from controller.budgets import domain_usage, violations
-from controller.eligibility import ineligibility
-from controller.nodes import NodeView
-from controller.requested import RequestIndex
-from controller.requirements import per_node_requirement
-from controller.selection import MAX_REASONS, Selection, Shortfall, select_participants
+from controller.rules.budgets import domain_usage, violations
+from controller.rules.eligibility import ineligibility
+from controller.rules.nodes import NodeView
+from controller.rules.requested import RequestIndex
+from controller.rules.requirements import per_node_requirement
+from controller.rules.selection import MAX_REASONS, Selection, Shortfall, select_participants
 from shared.profile import CertificationProfile
 from tests.builders import ProfileBuilder
 from tests.unit.node_builders import NodeBuilder, make_node, make_profile

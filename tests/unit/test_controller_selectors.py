@@ -1,10 +1,10 @@
-"""controller/selectors.py: label selectors as the API server evaluates them."""
+"""controller/rules/selectors.py: label selectors as the API server evaluates them."""
 
 from typing import Any
 
 import pytest
 
-from controller.selectors import matches
+from controller.rules.selectors import matches
 from shared.meta import LabelSelector
 
 

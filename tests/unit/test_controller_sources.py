@@ -1,4 +1,4 @@
-"""controller/sources.py: verification of a profile's source ConfigMap (exists, immutable,
+"""controller/rules/sources.py: verification of a profile's source ConfigMap (exists, immutable,
 every scriptKey present, pinned bundle digest)."""
 
 import base64
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.sources import SourceCheck, parse_source_namespaces, source_namespace_refused, verify_source
+from controller.rules.sources import SourceCheck, parse_source_namespaces, source_namespace_refused, verify_source
 from shared.digests import bundle_digest
 from shared.profile import CertificationProfile
 from tests.builders import SCRIPTS, ProfileBuilder

@@ -1,5 +1,5 @@
 """What stored evidence the controller and the adapter adopt (issue 12 items 1 and 2), table-
-tested on the pure rules: controller/evidence_adoption.py (a Run evidence document found
+tested on the pure rules: controller/rules/evidence_adoption.py (a Run evidence document found
 stored) and adapter/adoption.py (a check's results or evidence found stored)."""
 
 import copy
@@ -12,8 +12,8 @@ import pytest
 
 from adapter.adoption import adoptable
 from adapter.inputs import Refusal, parse_inputs
-from controller.evidence_adoption import adoption_problem
-from controller.manifests import owner_reference
+from controller.rules.evidence_adoption import adoption_problem
+from controller.rules.manifests import owner_reference
 from shared import keys
 from shared.acceptance import CheckInput, assess_check, decide, run_document
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, RESULTS_SCHEMA, config_map

@@ -1,4 +1,4 @@
-"""controller/expiry.py and the Stale copy (controller/projection.expected_copy): a result on a
+"""controller/reconcile/expiry.py and the Stale copy (controller/rules/projection.expected_copy): a result on a
 Node stops saying its verdict once its freshness window passes, its profile's suite changes or
 its profile is gone (issue 43, item 4). Pure."""
 
@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controller.expiry import EXPIRED, SUITE_CHANGED, orphaned_keys, stale_reason
-from controller.projection import LABEL, STALE, expected_copy, node_copy, reassert_patches
+from controller.reconcile.expiry import EXPIRED, SUITE_CHANGED, orphaned_keys, stale_reason
+from controller.rules.projection import LABEL, STALE, expected_copy, node_copy, reassert_patches
 from shared import certified, keys
 from tests.unit.node_builders import make_node
 from tests.unit.test_certified_record import PROFILE, entry

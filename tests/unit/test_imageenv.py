@@ -11,7 +11,7 @@ import pytest
 
 from localcluster import imageenv, podprocess
 
-SERVICES = "import adapter.main, controller.main, portal.main, signalctl.main"
+SERVICES = "import adapter.main, controller.process.main, portal.main, signalctl.main"
 LOADED = (
     "import sys, structlog.dev; print(structlog.dev.rich is None); "
     "print(','.join(sorted({m.split('.')[0] for m, v in sys.modules.items() if v is not None})))"

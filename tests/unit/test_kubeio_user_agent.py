@@ -74,7 +74,7 @@ async def test_every_request_carries_the_components_user_agent(component: str) -
 @pytest.mark.parametrize(
     ("entry", "component"),
     [
-        ("controller/main.py", "signal-controller"),
+        ("controller/process/main.py", "signal-controller"),
         ("adapter/main.py", "signal-adapter"),
         ("portal/main.py", "signal-portal"),
         ("signalctl/kubectx.py", "signalctl"),

@@ -3,7 +3,7 @@ run, on Nodes an operator marked trusted with a label no kubelet can set (issue 
 
 import pytest
 
-from adapter import workloads
+from adapter import mpispec
 from adapter.main import parser
 from adapter.placement import TRUSTED_SELECTOR_ENV, PlacementError, parse_trusted_selector
 from adapter.workflow_template import StepPlacement, build_workflow_template
@@ -15,7 +15,7 @@ TRUSTED = {"node-restriction.kubernetes.io/signal.trusted": "true"}
 
 def launcher_term(trusted: dict[str, str] | None) -> dict[str, object]:
     inputs = make_inputs(2, backend="MPIJob", gpuCount=1, mpi={"scope": "crossNode"})
-    (job,) = workloads.mpijobs(inputs, "img", trusted=trusted)
+    (job,) = mpispec.mpijobs(inputs, "img", trusted=trusted)
     spec = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
     (term,) = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     return term

@@ -1,6 +1,6 @@
 """Lifecycle rules, pure and table-driven: recurrence (``due_for_recertification``), retention
 (``expired_runs``), release and reservation patches with the retry attempt
-(controller/manifests.py), the Node view's attempt and completion parsing, the digests
+(controller/rules/manifests.py), the Node view's attempt and completion parsing, the digests
 reported through a Workflow (``reported_digests``), the suite deadline (``deadline_passed``)
 and the Workflow cache view (``workflow_view``). No cluster, no API mocks."""
 
@@ -11,19 +11,19 @@ from typing import Any
 
 import pytest
 
-from controller.accept import reported_digests
-from controller.lifecycle import (
+from controller.reconcile.accept import reported_digests
+from controller.reconcile.lifecycle import (
     DEFAULT_KEEP,
     due_for_recertification,
     expired_runs,
     legacy_requests,
     recurrence_interval,
 )
-from controller.manifests import release_patch, reservation_patch
-from controller.nextaction import deadline_passed
-from controller.nodes import RESERVED_TAINT_KEY, NodeView, node_view
-from controller.runview import RunView, run_view
-from controller.state import workflow_view
+from controller.reconcile.state import workflow_view
+from controller.rules.manifests import release_patch, reservation_patch
+from controller.rules.nextaction import deadline_passed
+from controller.rules.nodes import RESERVED_TAINT_KEY, NodeView, node_view
+from controller.rules.runview import RunView, run_view
 from shared import keys
 from tests.unit.node_builders import NodeBuilder, make_node
 
@@ -179,7 +179,7 @@ def test_keeps_the_newest_n() -> None:
 
 
 def test_a_run_the_certified_record_cites_is_kept() -> None:
-    """Its evidence proves a recorded Pass (issue 42, controller/recordproof.py)."""
+    """Its evidence proves a recorded Pass (issue 42, controller/reconcile/recordproof.py)."""
     raws = [run(f"r{h}", completed=at(h)).raw for h in range(4)]
     for i, raw in enumerate(raws):
         raw["metadata"]["uid"] = f"uid-{i}"

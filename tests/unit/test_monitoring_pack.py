@@ -13,9 +13,9 @@ import pytest
 import yaml
 from prometheus_client.metrics_core import Metric
 
-import controller.accept
-import controller.recordproof  # noqa: F401 - registers its metric
-from controller import metrics
+import controller.reconcile.accept
+import controller.reconcile.recordproof  # noqa: F401 - registers its metric
+from controller.reconcile import metrics
 
 REPO = Path(__file__).resolve().parents[2]
 MONITORING = REPO / "deploy" / "monitoring"

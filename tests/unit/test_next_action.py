@@ -1,12 +1,12 @@
-"""Issue 13, acceptance 4: the table of a Run's next action (controller/nextaction.py)."""
+"""Issue 13, acceptance 4: the table of a Run's next action (controller/rules/nextaction.py)."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from controller.nextaction import SHUTDOWN, Action, next_action, own_workflow, retry_due
-from controller.runview import RunView, run_view
+from controller.rules.nextaction import SHUTDOWN, Action, next_action, own_workflow, retry_due
+from controller.rules.runview import RunView, run_view
 
 Obj = dict[str, Any]
 STARTED = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

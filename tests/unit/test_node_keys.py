@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import controller
-from controller.manifests import release_patch, reservation_patch
-from controller.projection import node_condition, projection_patch, reassert_patches, stale_condition
+from controller.rules.manifests import release_patch, reservation_patch
+from controller.rules.projection import node_condition, projection_patch, reassert_patches, stale_condition
 from shared import certified, keys
 from shared.nodekeys import NODE_KEYS, node_key
 from signalctl.cleannodes import plan_node
@@ -32,7 +32,7 @@ NOT_ON_NODES = {
     keys.CHECK_LABEL: "on backend workloads",
     keys.PARTICIPANT_LABEL: "on backend workloads",
     keys.COMPONENT_LABEL: "on Signal's own objects",
-    "projectsignal.dev/group-hash": "on Runs (controller/manifests.py GROUP_HASH_LABEL)",
+    "projectsignal.dev/group-hash": "on Runs (controller/rules/manifests.py GROUP_HASH_LABEL)",
     keys.GPU_RESOURCE: "a resource name, read only",
     keys.ZONE_LABEL: "Kubernetes' topology label, read only",
     keys.RACK_LABEL: "the simulated fleet's (localcluster), never written on a real cluster",
@@ -59,7 +59,11 @@ def _constants() -> dict[str, str]:
     names a key under a domain (``something/name``), by where it is defined."""
     found: dict[str, str] = {}
     modules = [keys, certified]
-    modules += [importlib.import_module(f"controller.{m.name}") for m in pkgutil.iter_modules(controller.__path__)]
+    modules += [
+        importlib.import_module(m.name)
+        for m in pkgutil.walk_packages(controller.__path__, "controller.")
+        if not m.ispkg
+    ]
     for module in modules:
         for name, value in vars(module).items():
             if not (name.isupper() and isinstance(value, str) and "/" in value and KEYISH.match(value.rstrip("/"))):

@@ -1,4 +1,4 @@
-"""controller/reservations.py ``each_node``: a group's Node writes run a bounded number at a
+"""controller/reconcile/reservations.py ``each_node``: a group's Node writes run a bounded number at a
 time; after a refusal none is started, every started one ends before the caller goes on
 (a rollback never races a reservation still in flight), and the refusal is what is raised."""
 
@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from controller.reservations import NODE_WRITE_CONCURRENCY, AdmissionAborted, each_node
-from controller.state import NotLeader
+from controller.reconcile.reservations import NODE_WRITE_CONCURRENCY, AdmissionAborted, each_node
+from controller.reconcile.state import NotLeader
 from kubeio.errors import Conflict
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controller.projection import recorded
+from controller.rules.projection import recorded
 from portal.health import node_health
 from portal.pagination import MAX_TOKEN_LENGTH, TokenError, decode_token
 from shared import keys

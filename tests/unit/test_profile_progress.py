@@ -1,4 +1,4 @@
-"""controller/profiles.py ``progress_only``: which profile status changes may wait (only the
+"""controller/reconcile/profiles.py ``progress_only``: which profile status changes may wait (only the
 progress figures moved) and which are written at once; ``short_and_reported``: when a pass may
 skip its reads; ``progress_wait``: how long a progress write waits. Pure."""
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.profiles import PROGRESS_INTERVAL, progress_only, progress_wait, short_and_reported
+from controller.reconcile.profiles import PROGRESS_INTERVAL, progress_only, progress_wait, short_and_reported
 
 Obj = dict[str, Any]
 

@@ -1,4 +1,4 @@
-"""Projection rules (controller/projection.py), pure: the detail recorded on a Node, reading
+"""Projection rules (controller/rules/projection.py), pure: the detail recorded on a Node, reading
 it back, the monotonic ordering (``supersedes``), the merge patch (idempotent, conditioned on
 the resourceVersion) and the Node condition. No cluster, no API mocks."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from controller.projection import detail, node_condition, projection_patch, recorded, supersedes
+from controller.rules.projection import detail, node_condition, projection_patch, recorded, supersedes
 from shared import certified, keys
 from tests.builders import SCRIPTS_DIGEST, run_manifest
 from tests.unit.node_builders import make_node

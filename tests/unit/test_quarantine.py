@@ -10,10 +10,10 @@ from pydantic import ValidationError
 
 from adapter.inputs import Inputs, with_run
 from adapter.workloads import tolerations
-from controller.eligibility import ineligibility
-from controller.manifests import fail_taint_patch, release_patch, run_manifest
-from controller.projection import expected_copy, failed_condition, node_copy, reassert_patches
-from controller.requirements import per_node_requirement
+from controller.rules.eligibility import ineligibility
+from controller.rules.manifests import fail_taint_patch, release_patch, run_manifest
+from controller.rules.projection import expected_copy, failed_condition, node_copy, reassert_patches
+from controller.rules.requirements import per_node_requirement
 from shared import keys, quarantine
 from shared.profile import CertificationProfile
 from tests.builders import ProfileBuilder

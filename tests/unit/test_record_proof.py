@@ -1,4 +1,4 @@
-"""controller/recordproof.py (issue 42, H-A), table-tested on the pure rules: a certified-record
+"""controller/reconcile/recordproof.py (issue 42, H-A), table-tested on the pure rules: a certified-record
 entry counts only when the Run evidence it cites, re-derived from the check evidence it names,
 gives that Node (that uid) that verdict."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from controller.manifests import owner_reference
-from controller.recordproof import derive_proof, entry_problem
+from controller.reconcile.recordproof import derive_proof, entry_problem
+from controller.rules.manifests import owner_reference
 from shared import keys
 from shared.acceptance import CheckInput, assess_check, decide, run_document
 from shared.evidence import config_map

@@ -1,4 +1,4 @@
-"""controller/requested.py ``RequestIndex``: fed every change of a Node cache, it lists, for
+"""controller/rules/requested.py ``RequestIndex``: fed every change of a Node cache, it lists, for
 each profile, exactly the cached Nodes requested for it, by name then uid, whatever the order
 of the changes (adds, label changes, replacements, deletions, re-list diffs). Pure."""
 
@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from controller.nodes import NodeView
-from controller.requested import RequestIndex
+from controller.rules.nodes import NodeView
+from controller.rules.requested import RequestIndex
 from shared import keys
 from tests.unit.node_builders import make_node
 

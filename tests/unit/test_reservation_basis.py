@@ -1,4 +1,4 @@
-"""controller/nodes.py ``patch_basis`` and controller/reservations.py ``reservable``: a
+"""controller/rules/nodes.py ``patch_basis`` and controller/reconcile/reservations.py ``reservable``: a
 reservation decided on the informer's view of a Node is the very patch an uncached read of
 that Node would give (same resourceVersion, labels, annotations and every taint field), and
 the view is used only when it shows the Node free to reserve."""
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from controller.manifests import reservation_patch
-from controller.nodes import RESERVED_TAINT_KEY, node_view, patch_basis
-from controller.reservations import reservable
-from controller.runview import ParticipantRef
+from controller.reconcile.reservations import reservable
+from controller.rules.manifests import reservation_patch
+from controller.rules.nodes import RESERVED_TAINT_KEY, node_view, patch_basis
+from controller.rules.runview import ParticipantRef
 from shared import keys
 from tests.unit.node_builders import make_node
 

@@ -1,11 +1,11 @@
-"""Issue 46: the decisions controller/runs.py makes once it has read what an action waits for
-(controller/nextaction.py): what a cancel does in each state of the Workflow and the backend
+"""Issue 46: the decisions controller/reconcile/runs.py makes once it has read what an action waits for
+(controller/rules/nextaction.py): what a cancel does in each state of the Workflow and the backend
 workloads, whether the workloads let a Run go on, when a retry is due, and how often a
 Workflow that left workloads behind is replaced. Tables; no I/O."""
 
 import pytest
 
-from controller.nextaction import (
+from controller.rules.nextaction import (
     SHUTDOWN,
     CancelStep,
     WorkloadsStep,
@@ -15,7 +15,7 @@ from controller.nextaction import (
     stop_needed,
     workloads_step,
 )
-from controller.runview import RunView, run_view
+from controller.rules.runview import RunView, run_view
 from tests.unit.test_next_action import Obj, cond, run, workflow
 
 POD = ["Pod/backend-0"]

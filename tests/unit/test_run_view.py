@@ -1,4 +1,4 @@
-"""Issue 13: a Run is parsed once into a typed view (controller/runview.py); a Run the
+"""Issue 13: a Run is parsed once into a typed view (controller/rules/runview.py); a Run the
 controller cannot read is marked with the problem, never left out or half read."""
 
 from datetime import UTC, datetime
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from controller.runview import ParticipantRef, WorkflowRef, lean, run_view
+from controller.rules.runview import ParticipantRef, WorkflowRef, lean, run_view
 
 Obj = dict[str, Any]
 

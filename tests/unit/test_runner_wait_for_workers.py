@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from adapter import workloads
+from adapter import mpispec, workloads
 from runner import main as runner_main
 from runner.mpi import wait_for_workers
 from shared import keys
@@ -85,7 +85,7 @@ def test_the_launcher_role_ends_inconclusive_naming_a_worker_it_never_reached(
 
 def test_the_adapter_has_the_launcher_wait_for_the_workers_sshd_when_they_run_one() -> None:
     def launcher_args(sshd: str) -> list[str]:
-        job = workloads.mpijob(mpi_inputs(2), "img", sshd=sshd)
+        job = mpispec.mpijob(mpi_inputs(2), "img", sshd=sshd)
         args: list[str] = container_of(job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"])["args"]
         return args
 

@@ -88,7 +88,7 @@ def counting(obj):
     calls.append(getattr(obj, "__qualname__", repr(obj)))
     return original(obj)
 inspect.findsource = counting
-import adapter.main, controller.main, portal.main, shared.envelope, shared.profile, shared.run
+import adapter.main, controller.process.main, portal.main, shared.envelope, shared.profile, shared.run
 print(len(calls), calls[:5])
 """
 

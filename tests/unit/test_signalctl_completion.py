@@ -17,7 +17,7 @@ import structlog
 import yaml
 from prometheus_client import generate_latest
 
-from controller.metrics import REGISTRY
+from controller.reconcile.metrics import REGISTRY
 from kubeio.logs import configure_logging
 from shared.digests import bundle_digest, bundle_digest_of_files
 from shared.version import VERSION

@@ -1,6 +1,6 @@
 """``signalctl evidence verify`` (signalctl/verify.py): the recorded decision is re-derived from
 stored evidence. The records are made with the same shared code the controller uses
-(assess_check, decide, run_document, config_map), as controller/accept.py does, then tampered."""
+(assess_check, decide, run_document, config_map), as controller/reconcile/accept.py does, then tampered."""
 
 import base64
 import copy
@@ -300,7 +300,7 @@ def test_the_recorded_size_must_be_the_exact_stored_size() -> None:
 
 
 def test_too_large_run_evidence_is_compared_by_digest() -> None:
-    """What controller/accept.py stored (v1) when the Run document would not fit: no embedded evidence."""
+    """What controller/reconcile/accept.py stored (v1) when the Run document would not fit: no embedded evidence."""
     rec = passing()
     _as_v1(rec)
 

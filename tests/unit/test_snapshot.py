@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from adapter.collect import collect_mpi, collect_pods, script_mismatch
-from controller.manifests import snapshot_manifest, snapshot_name
+from controller.rules.manifests import snapshot_manifest, snapshot_name
 from shared import keys, snapshot
 from shared.acceptance import validate_check
 from shared.digests import bundle_digest, sha256_digest

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from adapter import workloads
+from adapter import mpispec, workloads
 from adapter.collect import collect_pods, not_admitted, pod_result
 from runner.execute import clean_environment
 from runner.inject import inject
@@ -49,7 +49,7 @@ def test_parameters_reach_every_runner_container_as_signal_param_upper_cased() -
         "SIGNAL_PARAM_MIN_BUSBW_GBPS": "380",
         "SIGNAL_PARAM_LEVEL": "3",
     }
-    job = workloads.mpijob(make_inputs(2, backend="MPIJob", parameters=params), "img")
+    job = mpispec.mpijob(make_inputs(2, backend="MPIJob", parameters=params), "img")
     for role in ("Launcher", "Worker"):
         container = job["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]["containers"][0]
         assert env_of(container)["SIGNAL_PARAM_MIN_BUSBW_GBPS"] == "380", role
@@ -108,7 +108,7 @@ def test_runtime_class_on_the_pods_that_run_the_script_never_on_a_crossnode_laun
     workload = {"runtimeClassName": "nvidia"}
     pod = workloads.backend_pod(make_inputs(1, workload=workload), 0, "gpu-000", "img")
     assert pod["spec"]["runtimeClassName"] == "nvidia"
-    job = workloads.mpijob(make_inputs(2, backend="MPIJob", workload=workload), "img")
+    job = mpispec.mpijob(make_inputs(2, backend="MPIJob", workload=workload), "img")
     assert job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["runtimeClassName"] == "nvidia"
     assert "runtimeClassName" not in job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
 
@@ -117,7 +117,7 @@ def test_networks_are_the_multus_annotation_of_pods_and_mpi_workers() -> None:
     workload = {"networks": ["sriov-ib0", "rdma/ib1@net1"]}
     pod = workloads.backend_pod(make_inputs(1, workload=workload), 0, "gpu-000", "img")
     assert pod["metadata"]["annotations"] == {keys.MULTUS_NETWORKS_ANNOTATION: "sriov-ib0,rdma/ib1@net1"}
-    job = workloads.mpijob(make_inputs(2, backend="MPIJob", workload=workload), "img")
+    job = mpispec.mpijob(make_inputs(2, backend="MPIJob", workload=workload), "img")
     worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]
     assert worker["annotations"] == {keys.MULTUS_NETWORKS_ANNOTATION: "sriov-ib0,rdma/ib1@net1"}
     assert "annotations" not in job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]

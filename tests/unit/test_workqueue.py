@@ -1,4 +1,4 @@
-"""controller/workqueue.py: backoff, the token bucket, deduplication, delays, no concurrent
+"""controller/rules/workqueue.py: backoff, the token bucket, deduplication, delays, no concurrent
 processing of one key, and results. The queue's bookkeeping takes ``now``, so these tables
 run without waiting."""
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from controller.workqueue import Backoff, TokenBucket, WorkQueue
+from controller.rules.workqueue import Backoff, TokenBucket, WorkQueue
 
 
 class Clock:

@@ -1,0 +1,360 @@
+"""Benchmark (issue 47, goal 3): a check's overhead on real nodes (the local cluster's real
+kubelets, containerd and runc, tests/realnode_support.py) against a bare workload of the same
+image on the same Node, created, run and deleted by a bare client in the same run.
+
+* **Pod check.** Signal: the adapter process as its ServiceAccount runs one Pod check (one
+  participant, a trivial ``#!/bin/sh`` script), from the process's start to its exit: inputs and
+  policies checked, the Pod created, the runner started, the script run, the results collected
+  and persisted, the Pod deleted and proven gone, the check's evidence written. Floor: the very
+  Pod the adapter created (its spec, image, Node, volumes and security context, read from the
+  watch), renamed and unlabelled, whose container runs the same script with the image's
+  ``/bin/sh`` instead of Signal's runner; created, watched to ``Succeeded``, deleted and watched
+  until gone.
+* **MPIJob check.** Signal: the same for a ``crossNode`` MPIJob check over two Nodes (the real
+  MPI operator, one rank per worker). Floor: the MPIJob the adapter created, renamed, whose
+  launcher waits for the workers' sshd (as every launcher must: the operator's
+  ``WaitForWorkersReady`` means started, not listening) and runs ``mpirun`` of the same script
+  over the same hostfile, without the runner's wrappers and reports; workers unchanged (the
+  image's own sshd start); created, watched until its launcher ``Succeeded``, deleted in the
+  foreground and watched until every Pod is gone.
+
+Where the seconds go, per workload, from this process's watch of Pods (monotonic clock):
+``start`` (created -> every container of the workload started: sandbox, network, the image
+already on the node, so no pull), ``run`` (-> the last container terminated: the script, and for
+MPI the sshd wait, ``mpirun`` and the ranks), ``gone`` (-> the last Pod deleted: noticed, results
+read, deletion, the kubelet's kill and the API server's removal) and, for Signal, ``adapter``
+(the process's own start and work before its first Pod and after the last is gone: Python's
+start, inputs, policies, evidence).
+
+Each pair (floor, Signal) is measured ``--repeat`` times back to back after one warm-up of each;
+the GOAL lines give medians and the worst single pair.
+
+    flock /tmp/signal-realnode.lock .venv/bin/python bench/realnode_checks.py [--repeat 5]
+"""
+
+import argparse
+import asyncio
+import copy
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from localcluster.kube import KubeClient, Obj, resource_path
+from shared import keys
+from tests.adapter_support import check
+from tests.realnode_support import RealWorld, start_real_cluster, stop_real_cluster
+
+MPI = "kubeflow.org/v2beta1"
+SCRIPT = "#!/bin/sh\necho ok\n"
+FLOOR_LABEL = "bench.projectsignal.dev/floor"
+
+
+@dataclass
+class PodTimes:
+    """When this process saw each Pod appear, its containers all started, all terminated, and
+    the Pod gone (monotonic)."""
+
+    seen: dict[str, float] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)
+    ended: dict[str, float] = field(default_factory=dict)
+    gone: dict[str, float] = field(default_factory=dict)
+    bodies: dict[str, Obj] = field(default_factory=dict)
+
+    def note(self, kind: str, pod: Obj, now: float) -> None:
+        name = pod["metadata"]["name"]
+        self.seen.setdefault(name, now)
+        self.bodies.setdefault(name, pod)
+        states = [s.get("state", {}) for s in pod.get("status", {}).get("containerStatuses") or []]
+        wanted = len(pod["spec"]["containers"])
+        if len(states) == wanted and all("running" in s or "terminated" in s for s in states):
+            self.started.setdefault(name, now)
+        if len(states) == wanted and all("terminated" in s for s in states):
+            self.ended.setdefault(name, now)
+        if kind == "DELETED":
+            self.gone.setdefault(name, now)
+
+    def phases(self, began: float, finished: float) -> dict[str, float]:
+        """start / run / gone of the whole workload (its last Pod's), and the rest of the span."""
+        if not self.seen or len(self.gone) < len(self.seen):
+            raise RuntimeError(f"not every Pod was seen gone: seen {sorted(self.seen)}, gone {sorted(self.gone)}")
+        first = min(self.seen.values())
+        started = max(self.started.values(), default=first)
+        ended = max(self.ended.values(), default=started)
+        gone = max(self.gone.values())
+        return {
+            "start": started - first,
+            "run": ended - started,
+            "gone": gone - ended,
+            "adapter": (first - began) + (finished - gone),
+        }
+
+
+async def _watch(admin: KubeClient, path: str, version: str, times: PodTimes) -> None:
+    async for event in admin.watch(path, resourceVersion=version):
+        if event["type"] != "BOOKMARK":
+            times.note(event["type"], event["object"], time.monotonic())
+
+
+async def timed(
+    admin: KubeClient, namespace: str, work: Callable[[], Awaitable[None]]
+) -> tuple[float, PodTimes, dict[str, float]]:
+    """Wall time of ``work`` with every Pod of the namespace watched meanwhile."""
+    times = PodTimes()
+    path = resource_path("v1", "pods", namespace)
+    version = (await admin.get(path))["metadata"]["resourceVersion"]  # every event after it is seen
+    watcher = asyncio.create_task(_watch(admin, path, version, times))
+    try:
+        began = time.monotonic()
+        await work()
+        finished = time.monotonic()
+
+        async def delivered() -> bool:  # the work proved every Pod gone; its events may still be in flight
+            return bool(times.seen) and len(times.gone) == len(times.seen)
+
+        await until("every Pod's deletion seen by the watch", delivered, 30)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+    return finished - began, times, times.phases(began, finished)
+
+
+def floor_body(body: Obj, name: str) -> Obj:
+    """The workload the adapter made, as a bare client's: new name, no owner, no Signal labels."""
+    made = copy.deepcopy(body)
+    old = made["metadata"]["name"]
+    made["metadata"] = {
+        "name": name,
+        "namespace": made["metadata"]["namespace"],
+        "labels": {FLOOR_LABEL: name},
+    }
+    made.pop("status", None)
+    text = json.dumps(made).replace(f'"{old}"', f'"{name}"')
+    floored: Obj = json.loads(text)
+    for template in _templates(floored):
+        metadata = template.setdefault("metadata", {})
+        own = {k: v for k, v in (metadata.get("labels") or {}).items() if not k.startswith(keys.GROUP)}
+        metadata["labels"] = {**own, FLOOR_LABEL: name}
+    return floored
+
+
+def _templates(body: Obj) -> list[Obj]:
+    if body["kind"] == "Pod":
+        return [body]
+    return [spec["template"] for spec in body["spec"]["mpiReplicaSpecs"].values()]
+
+
+async def until(what: str, probe: Callable[[], Awaitable[bool]], seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while not await probe():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {seconds:.0f}s")
+        await asyncio.sleep(0.05)
+
+
+async def bare_pod(admin: KubeClient, body: Obj) -> None:
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    path = resource_path("v1", "pods", namespace, name)
+    await admin.create(resource_path("v1", "pods", namespace), body)
+
+    async def succeeded() -> bool:
+        phase = (await admin.get(path)).get("status", {}).get("phase")
+        if phase == "Failed":
+            raise RuntimeError(f"floor Pod {name} failed")
+        return bool(phase == "Succeeded")
+
+    await until(f"floor Pod {name} Succeeded", succeeded)
+    await admin.delete(path, {"gracePeriodSeconds": 0})
+    await until(f"floor Pod {name} gone", lambda: _absent(admin, path))
+
+
+async def bare_mpijob(admin: KubeClient, body: Obj) -> None:
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    path = resource_path(MPI, "mpijobs", namespace, name)
+    pods = resource_path("v1", "pods", namespace)
+    await admin.create(resource_path(MPI, "mpijobs", namespace), body)
+
+    async def launched() -> bool:
+        found = (await admin.get(pods, labelSelector=f"{FLOOR_LABEL}={name},{_role('launcher')}"))["items"]
+        phases = [p.get("status", {}).get("phase") for p in found]
+        if "Failed" in phases:
+            raise RuntimeError(f"floor MPIJob {name}: its launcher failed")
+        return "Succeeded" in phases
+
+    await until(f"floor MPIJob {name}'s launcher Succeeded", launched)
+    await admin.delete(path, {"propagationPolicy": "Foreground"})
+
+    async def all_gone() -> bool:
+        left = (await admin.get(pods, labelSelector=f"{FLOOR_LABEL}={name}"))["items"]
+        return not left and await _absent(admin, path)
+
+    await until(f"floor MPIJob {name} and its Pods gone", all_gone)
+
+
+def _role(role: str) -> str:
+    return f"training.kubeflow.org/job-role={role}"
+
+
+async def _absent(admin: KubeClient, path: str) -> bool:
+    try:
+        await admin.get(path)
+    except Exception as error:  # the local client raises on 404
+        if "404" in str(error) or "NotFound" in str(error):
+            return True
+        raise
+    return False
+
+
+def pod_floor(made: Obj, name: str) -> Obj:
+    body = floor_body(made, name)
+    (container,) = body["spec"]["containers"]
+    container["command"] = ["/bin/sh", "/signal/scripts/script"]
+    container["args"] = []
+    return body
+
+
+def mpijob_floor(made: Obj, name: str, ranks: int) -> Obj:
+    body = floor_body(made, name)
+    launcher = body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    wait = (
+        "import socket,time\n"
+        "hosts=[l.split()[0] for l in open('/etc/mpi/hostfile') if l.strip()]\n"
+        "for h in hosts:\n"
+        "    while True:\n"
+        "        try:\n"
+        f"            socket.create_connection((h,{keys.SSHD_PORT}),1).close(); break\n"
+        "        except OSError: time.sleep(0.05)\n"
+    )
+    mpirun = f"mpirun --hostfile /etc/mpi/hostfile -np {ranks} --map-by node --bind-to none /signal/scripts/script"
+    launcher["command"] = ["/bin/sh", "-c", f'python3 -c "$0" && exec {mpirun}', wait]
+    launcher["args"] = []
+    return body
+
+
+@dataclass
+class Pair:
+    floor: float
+    signal: float
+    floor_phases: dict[str, float]
+    signal_phases: dict[str, float]
+
+
+async def measure(world: RealWorld, backend: str, nodes: list[str], repeat: int) -> list[Pair]:
+    admin, namespace = world.admin, world.namespace
+    ranks = len(nodes)
+    probe = check("bench", "bench.sh", backend=backend, deadline="120s")
+    if backend == "MPIJob":
+        probe["mpi"] = {"scope": "crossNode", "slotsPerWorker": 1}
+
+    made: dict[str, Obj] = {}
+
+    async def signal_check() -> None:
+        outcome = await world.adapter(0)
+        if outcome.code != 0 or "evidence-config-map" not in outcome.outputs:
+            raise RuntimeError(f"the adapter failed ({outcome.code}):\n{outcome.log[-3000:]}")
+
+    async def one_signal() -> tuple[float, dict[str, float]]:
+        await world.setup_real(nodes, {"bench.sh": SCRIPT}, [probe])
+        seconds, times, phases = await timed(admin, namespace, signal_check)
+        if backend == "Pod":
+            (body,) = times.bodies.values()
+            made["Pod"] = body
+        elif not MPIJOBS_SEEN:
+            raise RuntimeError("the adapter's MPIJob was never seen")
+        else:
+            made["MPIJob"] = MPIJOBS_SEEN[-1]
+        return seconds, phases
+
+    async def one_floor() -> tuple[float, dict[str, float]]:
+        name = f"floor-{uuid.uuid4().hex[:6]}"
+        if backend == "Pod":
+            body = pod_floor(made["Pod"], name)
+            seconds, _, phases = await timed(admin, namespace, lambda: bare_pod(admin, body))
+        else:
+            body = mpijob_floor(made["MPIJob"], name, ranks)
+            seconds, _, phases = await timed(admin, namespace, lambda: bare_mpijob(admin, body))
+        phases.pop("adapter")
+        return seconds, phases
+
+    await one_signal()  # warm-up: first sandbox of the image on these Nodes, the adapter's caches
+    await one_floor()
+    pairs = []
+    for _ in range(repeat):
+        floor, floor_phases = await one_floor()
+        signal, signal_phases = await one_signal()
+        pairs.append(Pair(floor, signal, floor_phases, signal_phases))
+        print(
+            f"  {backend}: floor {floor:6.2f} s {_fmt(floor_phases)} | signal {signal:6.2f} s {_fmt(signal_phases)}"
+            f" | ratio {signal / floor:5.2f}",
+            flush=True,
+        )
+    return pairs
+
+
+MPIJOBS_SEEN: list[Obj] = []
+
+
+async def record_mpijobs(admin: KubeClient, namespace: str) -> None:
+    """Keep every MPIJob the adapter creates (they are deleted before the adapter exits)."""
+    path = resource_path(MPI, "mpijobs", namespace)
+    version = (await admin.get(path))["metadata"]["resourceVersion"]
+    async for event in admin.watch(path, resourceVersion=version):
+        if event["type"] == "ADDED" and FLOOR_LABEL not in (event["object"]["metadata"].get("labels") or {}):
+            MPIJOBS_SEEN.append(event["object"])
+
+
+def _fmt(phases: dict[str, float]) -> str:
+    return "(" + " ".join(f"{k} {v:5.2f}" for k, v in phases.items()) + ")"
+
+
+def report(backend: str, pairs: list[Pair]) -> None:
+    floors, signals = [p.floor for p in pairs], [p.signal for p in pairs]
+    ratios = [p.signal / p.floor for p in pairs]
+    floor, signal = statistics.median(floors), statistics.median(signals)
+    print(f"\n{backend} check on real nodes, {len(pairs)} pairs; medians of each phase (s):")
+    for name, phases in (("floor", [p.floor_phases for p in pairs]), ("signal", [p.signal_phases for p in pairs])):
+        keys_ = phases[0].keys()
+        print(f"  {name:<7}" + "  ".join(f"{k} {statistics.median(p[k] for p in phases):6.2f}" for k in keys_))
+    goal = "3 Pod check vs bare Pod" if backend == "Pod" else "3 MPIJob check vs bare MPIJob"
+    print(
+        f"GOAL {goal:<34} floor {floor:9.3f} s   signal {signal:9.3f} s   ratio {signal / floor:6.2f}  "
+        f"(worst pair {max(ratios):.2f}, best {min(ratios):.2f})  goal <= 1.30  "
+        f"{'PASS' if signal / floor <= 1.3 else 'MISS'}"
+    )
+
+
+async def main(args: argparse.Namespace) -> int:
+    began = time.monotonic()
+    real = await start_real_cluster()
+    print(f"real cluster up in {time.monotonic() - began:.0f} s ({', '.join(n.name for n in real.nodes)})", flush=True)
+    recorder = asyncio.create_task(record_mpijobs(real.admin, real.namespace))
+    try:
+        with tempfile.TemporaryDirectory(prefix="signal-bench-") as tmp:
+            world = RealWorld(real.cluster, real.admin, real.namespace, Path(tmp))
+            nodes = [n.name for n in real.nodes]
+            results = {}
+            for backend, over in (("Pod", nodes[:1]), ("MPIJob", nodes[:2])):
+                if backend not in args.backends:
+                    continue
+                results[backend] = await measure(world, backend, over, args.repeat)
+            for backend, pairs in results.items():
+                report(backend, pairs)
+    finally:
+        recorder.cancel()
+        await asyncio.gather(recorder, return_exceptions=True)
+        await stop_real_cluster(real)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5, help="floor/Signal pairs per backend after a warm-up")
+    parser.add_argument("--backends", nargs="+", default=["Pod", "MPIJob"], choices=["Pod", "MPIJob"])
+    sys.exit(asyncio.run(main(parser.parse_args())))
