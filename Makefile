@@ -110,6 +110,7 @@ bench: deps kplane argo coredns
 	$(BIN)/python bench/adapter_pods.py $(BENCH_ARGS_ADAPTER)
 	$(BIN)/python bench/portal.py $(BENCH_ARGS_PORTAL)
 	flock /tmp/signal-realnode.lock $(BIN)/python bench/realnode_checks.py $(BENCH_ARGS_REALNODE)
+	$(BIN)/python bench/run_end.py $(BENCH_ARGS_RUN_END)
 
 crds: deps
 	$(BIN)/python -m shared.crdgen crds

@@ -49,7 +49,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.admission_report import Figures, goals, report
+from bench.admission_report import Figures, goals, issue47, report
 from bench.cpu import CpuWindow, processes
 from bench.floors import Bare, api_write_floor, rss_mib
 from bench.history import add_history, cold_start
@@ -372,6 +372,8 @@ async def main(total: int, group: int, groups: int, factor: int, runs: int, requ
             began = time.monotonic()
             await cluster.add_nodes(fleet[have:size], concurrency=64)
             print(f"fleet: {size} Nodes ({size - have} created in {time.monotonic() - began:.1f}s)")
+            planes = {n: rss_mib(p) for n, p in cluster.plane.pids().items() if n in ("kube-apiserver", "etcd")}
+            print("  RSS at this size: " + ", ".join(f"{n} {mib:.0f} MiB" for n, mib in sorted(planes.items())))
             names = [n.name for n in fleet[have:size]]  # Nodes no earlier measurement requested
             at_once = small_groups if tag == "small" else groups
             # As many latency groups as the size holds beside the throughput groups (1/10 of 2,000
@@ -407,6 +409,7 @@ async def main(total: int, group: int, groups: int, factor: int, runs: int, requ
             )
             print(throughput.describe())
         goals(full, small_figures, floor, whole, cold, group, throughput)
+        issue47(full, floor, cold, group)
     shutil.rmtree(workdir, ignore_errors=True)  # kept when the run fails: its logs are named then
 
 

@@ -54,6 +54,19 @@ def row(goal: str, floor: float | None, signal: float, unit: str, target: str) -
     )
 
 
+def judged(goal: str, floor: float | None, signal: float, unit: str, limit: float, target: str) -> str:
+    """One issue-47 line: the figure (and its ratio to ``floor`` when there is one) against
+    ``limit`` (a ratio when there is a floor, else an absolute bound), PASS or MISS."""
+    if floor is not None and floor > 0:
+        ratio = signal / floor
+        shown = f"floor {floor:9.3f} {unit:<3} signal {signal:9.3f} {unit:<3} ratio {ratio:6.2f}"
+        ok = ratio <= limit
+    else:
+        shown = f"floor {'-':>9}     signal {signal:9.3f} {unit:<3} ratio {'-':>6}"
+        ok = signal <= limit
+    return f"GOAL {goal:<34} {shown}  goal {target}  {'PASS' if ok else 'MISS'}"
+
+
 def growth(label: str, small: float, large: float, factor: int, unit: str) -> str:
     """The growth line of a figure measured at 1/``factor`` of the size and at full size."""
     ratio = large / small if small > 0 else float("inf")

@@ -7,7 +7,8 @@
 * ``SIGNAL_CRASH_AT=<n>``: exit 137 at the n-th crash point;
 * ``SIGNAL_CRASH_SCOPE=<text>``: count only the crash points whose name contains it;
 * ``SIGNAL_FAULT_RENEWAL_DIES_AFTER=<n>``: the leader's renewal task dies after n renewals;
-* ``SIGNAL_REQUEST_LOG=<file>``: record every API request (benchmarks).
+* ``SIGNAL_REQUEST_LOG=<file>``: record every API request (benchmarks);
+* ``SIGNAL_MEMORY_PROFILE=<file>``: trace allocations, a snapshot per SIGUSR2 (localcluster/memprofile.py).
 
 Only the local cluster's tests and benchmarks start services this way; the images' entry points
 never read these variables (``kubeio/testhooks.py`` says why that holds)."""
@@ -19,12 +20,14 @@ from importlib import import_module
 from pathlib import Path
 
 from kubeio import testhooks
+from localcluster import memprofile
 
 CRASH_TRACE_ENV = "SIGNAL_CRASH_TRACE"
 CRASH_AT_ENV = "SIGNAL_CRASH_AT"
 CRASH_SCOPE_ENV = "SIGNAL_CRASH_SCOPE"
 RENEWAL_FAULT_ENV = "SIGNAL_FAULT_RENEWAL_DIES_AFTER"
 REQUEST_LOG_ENV = "SIGNAL_REQUEST_LOG"
+MEMORY_PROFILE_ENV = "SIGNAL_MEMORY_PROFILE"
 
 PROGRAMS = {
     "signal-controller": "controller.process.main",
@@ -63,6 +66,8 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in PROGRAMS:
         raise SystemExit(f"usage: python -m localcluster.hooked {{{','.join(PROGRAMS)}}} ARGS...")
     testhooks.arm(hooks_from(os.environ))
+    if os.environ.get(MEMORY_PROFILE_ENV):
+        memprofile.arm(Path(os.environ[MEMORY_PROFILE_ENV]))
     entry: Callable[[list[str]], int] = import_module(PROGRAMS[argv[0]]).main
     sys.argv = [argv[0], *argv[1:]]
     return entry(argv[1:])

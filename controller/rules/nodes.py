@@ -6,13 +6,17 @@ import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from controller.rules.projection import node_copy
 from shared import keys
+from shared.cachetransform import shared_mapping
 from shared.quantity import QuantityError, parse_quantity
 
 RESERVED_TAINT_KEY = keys.RESERVED_TAINT_KEY
+NOTHING: Mapping[str, str] = shared_mapping(())
+"""The empty mapping every cached Node without projections or completions shares (read-only)."""
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 
 
@@ -74,22 +78,40 @@ class NodeView:
         return uid if uid and self.reservation is None else None
 
 
-def _resources(raw: Mapping[str, Any]) -> dict[str, int]:
-    return dict(_parsed_resources(tuple((str(name), str(value)) for name, value in raw.items())))
+def _text(items: tuple[tuple[Any, Any], ...]) -> Mapping[str, str]:
+    """A Node's capacity or allocatable as text, read-only and shared by every cached Node with
+    the same (a fleet's Nodes mostly have one of a few: about 1 KiB less per cached Node)."""
+    try:
+        return _shared_text(items)
+    except TypeError:  # an unhashable value (never from the API server): keyed by its text
+        return _shared_text(tuple((str(k), str(v)) for k, v in items))
 
 
 @functools.lru_cache(maxsize=1024)
-def _parsed_resources(raw: tuple[tuple[str, str], ...]) -> tuple[tuple[str, int], ...]:
-    """A Node's resources parsed (cached by their text: a fleet's Nodes mostly share it, and
-    parsing a quantity is most of what reading a Node costs; bounded, so a fleet of distinct
-    Nodes only misses it). An unparseable resource simply cannot satisfy a request."""
-    parsed = []
+def _shared_text(items: tuple[tuple[Any, Any], ...]) -> Mapping[str, str]:
+    return MappingProxyType({sys.intern(str(k)): sys.intern(str(v)) for k, v in items})
+
+
+def _allocatable(items: tuple[tuple[Any, Any], ...]) -> Mapping[str, int]:
+    try:
+        return _parsed_resources(items)
+    except TypeError:
+        return _parsed_resources(tuple((str(k), str(v)) for k, v in items))
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_resources(raw: tuple[tuple[Any, Any], ...]) -> Mapping[str, int]:
+    """A Node's resources parsed, read-only (cached by their text: a fleet's Nodes mostly share
+    it, and parsing a quantity is most of what reading a Node costs; bounded, so a fleet of
+    distinct Nodes only misses it; views with the same text share the mapping). An
+    unparseable resource simply cannot satisfy a request."""
+    parsed = {}
     for name, value in raw:
         try:
-            parsed.append((name, parse_quantity(value, milli=name == "cpu")))
+            parsed[str(name)] = parse_quantity(str(value), milli=name == "cpu")
         except QuantityError:
             continue
-    return tuple(parsed)
+    return MappingProxyType(parsed)
 
 
 def parse_reservation(
@@ -131,6 +153,7 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
     taints = spec.get("taints") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     taint_uid = next((str(t.get("value", "")) for t in taints if t.get("key") == RESERVED_TAINT_KEY), None)
+    allocatable = tuple((status.get("allocatable") or {}).items())
     foreign_cordon = bool(spec.get("unschedulable")) or any(t.get("key") == UNSCHEDULABLE_TAINT_KEY for t in taints)
     return NodeView(
         # Interned: every cached Run that names the Node shares these (controller/rules/runview.py).
@@ -140,14 +163,14 @@ def node_view(node: Mapping[str, Any]) -> NodeView:
         labels=labels,
         ready=ready,
         unschedulable=foreign_cordon,
-        allocatable=_resources(status.get("allocatable") or {}),
-        capacity_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("capacity") or {}).items()},
-        allocatable_raw={sys.intern(k): sys.intern(str(v)) for k, v in (status.get("allocatable") or {}).items()},
+        allocatable=_allocatable(allocatable),
+        capacity_raw=_text(tuple((status.get("capacity") or {}).items())),
+        allocatable_raw=_text(allocatable),
         reservation=parse_reservation(labels, annotations, taint_uid),
         signal_taint_uid=taint_uid,
         next_attempt=_next_attempt(str(annotations.get(keys.ATTEMPT_ANNOTATION) or "")),
-        completed=_completed(annotations),
-        projection=node_copy(node),
+        completed=_completed(annotations) or NOTHING,
+        projection=node_copy(node) or NOTHING,
         taints=tuple(
             (str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
             for t in taints

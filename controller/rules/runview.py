@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from shared.cachetransform import pruned
 from shared.run import TERMINAL_PHASES, Phase, may_have_mpijobs
 
 Obj = dict[str, Any]
@@ -179,12 +180,35 @@ def lean(obj: Mapping[str, Any]) -> Obj:
     return dict(obj)
 
 
+PARTICIPANT_DROPPED = ("capacity", "allocatable")
+"""What the Run cache drops of each ``spec.participants[]`` entry: the Node's resources at
+admission (half a 64-Node Run's cached size), which the controller never reads back (the busy
+check reads the Node cache's; the adapter and signalctl read Runs uncached). Reading one from a
+cached Run raises (shared/cachetransform.py), so a new reader fails its tests instead of deciding on
+an empty value."""
+
+
+def cached_form(obj: Mapping[str, Any]) -> Obj:
+    """What the Run cache keeps of a raw Run: ``lean``, its participants without
+    ``PARTICIPANT_DROPPED``."""
+    kept = lean(obj)
+    spec = kept.get("spec")
+    if isinstance(spec, Mapping) and isinstance(spec.get("participants"), list):
+        entries = [
+            pruned(p, PARTICIPANT_DROPPED, "spec.participants[]") if isinstance(p, Mapping) else p
+            for p in spec["participants"]
+        ]
+        kept["spec"] = {**spec, "participants": entries}
+    return kept
+
+
 def run_view(obj: Mapping[str, Any]) -> RunView:
-    """Parse a raw Run (never raises; see ``RunView.problem``); ``raw`` is kept ``lean``."""
+    """Parse a raw Run (never raises; see ``RunView.problem``); ``raw`` is its ``cached_form``."""
     problems: list[str] = []
-    meta = _mapping(obj.get("metadata"), "metadata", problems)
-    spec = _mapping(obj.get("spec"), "spec", problems)
-    status = _mapping(obj.get("status"), "status", problems)
+    raw = cached_form(obj)
+    meta = _mapping(raw.get("metadata"), "metadata", problems)
+    spec = _mapping(raw.get("spec"), "spec", problems)
+    status = _mapping(raw.get("status"), "status", problems)
     profile = _mapping(spec.get("profile"), "spec.profile", problems)
     source = _mapping(spec.get("source"), "spec.source", problems)
     labels = _mapping(meta.get("labels"), "metadata.labels", problems)
@@ -194,7 +218,7 @@ def run_view(obj: Mapping[str, Any]) -> RunView:
     if phase == Phase.RUNNING and started is not None and deadline is None:
         problems.append("a Running Run has no spec.suiteDeadlineSeconds")
     return RunView(
-        raw=lean(obj),
+        raw=raw,
         name=str(meta.get("name") or ""),
         namespace=str(meta.get("namespace") or ""),
         uid=str(meta.get("uid") or ""),

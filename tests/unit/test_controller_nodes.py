@@ -182,15 +182,22 @@ def test_capacity_and_allocatable_raw_are_kept_as_strings() -> None:
     assert dict(view.allocatable) == {"cpu": 64000, "pods": 110}
 
 
-def test_nodes_sharing_their_resources_text_get_their_own_parsed_resources() -> None:
-    # Parsing is cached by the resources' text; each view still holds a dict of its own, and
-    # the same number under another name is parsed by that name's unit (cpu in millicores).
+def test_nodes_sharing_their_resources_text_share_one_read_only_mapping() -> None:
+    # Parsing is cached by the resources' text, and views with the same resources share one
+    # mapping (issue 47: about 1 KiB per cached Node), read-only so that no view can change
+    # another's; the same number under another name is parsed by that name's unit (cpu in
+    # millicores).
     first = make_node("a").resource("cpu", "4").resource("memory", "4").view()
     second = make_node("b").resource("cpu", "4").resource("memory", "4").view()
     swapped = make_node("c").resource("memory", "4").resource("cpu", "4").view()
     assert dict(first.allocatable) == dict(second.allocatable) == dict(swapped.allocatable)
     assert dict(first.allocatable) == {"cpu": 4000, "memory": 4}
-    first.allocatable["cpu"] = 0
+    assert first.allocatable is second.allocatable
+    assert first.allocatable_raw is second.allocatable_raw
+    assert first.capacity_raw is second.capacity_raw
+    for shared in (first.allocatable, first.allocatable_raw, first.capacity_raw, first.projection, first.completed):
+        with pytest.raises(TypeError):
+            shared["cpu"] = 0  # type: ignore[index]
     assert second.allocatable["cpu"] == 4000
     assert make_node("d").resource("cpu", "4").resource("memory", "4").view().allocatable["cpu"] == 4000
 
