@@ -88,30 +88,39 @@ async def client(
                 "resourceVersion": listing["metadata"]["resourceVersion"],
                 "allowWatchBookmarks": "false",
             }
-            async with http.stream("GET", path, params=params, timeout=None) as events:
-                began, cpu_began = time.perf_counter(), _cpu()
-                creates = asyncio.ensure_future(asyncio.gather(*(send("POST", path, b) for b in bodies)))
-                deletes: asyncio.Future[object] | None = None
-                async for line in events.aiter_lines():
-                    if not line:
-                        continue
-                    if creates.done() and creates.exception() is not None:
-                        raise RuntimeError(f"creating the floor's Pods failed: {creates.exception()}")
-                    event = json.loads(line)
-                    name = event["object"]["metadata"]["name"]
-                    if event["type"] == "DELETED":
-                        phases[name] = "Gone"
-                    else:
-                        phases[name] = (event["object"].get("status") or {}).get("phase", "")
-                    if deletes is None and all(phases.get(n) == "Succeeded" for n in names):
-                        marks["succeeded"] = time.perf_counter() - began
-                        await creates
-                        deletes = asyncio.ensure_future(asyncio.gather(*(send("DELETE", f"{path}/{n}") for n in names)))
-                    if deletes is not None and all(phases.get(n) == "Gone" for n in names):
-                        marks["gone"] = time.perf_counter() - began
-                        marks["cpu_window"] = _cpu() - cpu_began
-                        await deletes
-                        break
+            began, cpu_began = time.perf_counter(), _cpu()
+            creates: asyncio.Future[object] | None = None
+            deletes: asyncio.Future[object] | None = None
+            while "gone" not in marks:  # the API server may end a watch: resumed where it ended
+                async with http.stream("GET", path, params=params, timeout=None) as events:
+                    if creates is None:  # the clock starts with the first watch open
+                        began, cpu_began = time.perf_counter(), _cpu()
+                        creates = asyncio.ensure_future(asyncio.gather(*(send("POST", path, b) for b in bodies)))
+                    async for line in events.aiter_lines():
+                        if not line:
+                            continue
+                        if creates.done() and creates.exception() is not None:
+                            raise RuntimeError(f"creating the floor's Pods failed: {creates.exception()}")
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            raise RuntimeError(f"the floor's watch of {selector} failed: {event['object']}")
+                        params["resourceVersion"] = event["object"]["metadata"]["resourceVersion"]
+                        name = event["object"]["metadata"]["name"]
+                        if event["type"] == "DELETED":
+                            phases[name] = "Gone"
+                        else:
+                            phases[name] = (event["object"].get("status") or {}).get("phase", "")
+                        if deletes is None and all(phases.get(n) == "Succeeded" for n in names):
+                            marks["succeeded"] = time.perf_counter() - began
+                            await creates
+                            deletes = asyncio.ensure_future(
+                                asyncio.gather(*(send("DELETE", f"{path}/{n}") for n in names))
+                            )
+                        if deletes is not None and all(phases.get(n) == "Gone" for n in names):
+                            marks["gone"] = time.perf_counter() - began
+                            marks["cpu_window"] = _cpu() - cpu_began
+                            await deletes
+                            break
     finally:
         await lanes.aclose()
     marks["cpu_total"] = _cpu()
