@@ -15,8 +15,6 @@ from adapter.workloads import (
     MPI_JOB_LABEL,
     MPI_ROLE_LABEL,
     RESERVED_TAINT_KEY,
-    SCRIPT_PATH,
-    TERMINATION_LOG,
     WORKDIR,
     WORKER_GRACE_SECONDS,
     check_labels,
@@ -27,8 +25,8 @@ from adapter.workloads import (
     pod_annotations,
     pod_spec,
     run_owner,
+    runner_args,
     runner_container,
-    runner_deadline,
 )
 from shared import keys
 from shared.profile import Check
@@ -101,15 +99,7 @@ def mpijob(
         },
     }
     launcher_args = [
-        "launcher",
-        "--script",
-        SCRIPT_PATH,
-        "--deadline-seconds",
-        str(runner_deadline(inputs.check)),
-        "--workdir",
-        WORKDIR,
-        "--termination-log",
-        TERMINATION_LOG,
+        *runner_args("launcher", inputs),
         "--hostfile",
         "/etc/mpi/hostfile",
         "--slots",

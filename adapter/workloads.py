@@ -290,11 +290,11 @@ def _inject(spec: dict[str, Any], container: dict[str, Any], check_image: str, r
     spec["initContainers"] = [init]
 
 
-def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: str) -> dict[str, Any]:
-    """The Pod that runs the check's script on one participant's Node (``image``: the runner
-    image; a check that names its own image gets the runner injected into it)."""
-    args = [
-        "run",
+def runner_args(role: str, inputs: Inputs) -> list[str]:
+    """The runner's command line for ``role`` (``run``, ``launcher``): the script from the Run's
+    snapshot, the runner's own deadline, its scratch directory and its termination log."""
+    return [
+        role,
         "--script",
         SCRIPT_PATH,
         "--deadline-seconds",
@@ -304,6 +304,12 @@ def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: s
         "--termination-log",
         TERMINATION_LOG,
     ]
+
+
+def backend_pod(inputs: Inputs, participant_index: int, node_name: str, image: str) -> dict[str, Any]:
+    """The Pod that runs the check's script on one participant's Node (``image``: the runner
+    image; a check that names its own image gets the runner injected into it)."""
+    args = runner_args("run", inputs)
     env = [*identity_env(inputs), {"name": "SIGNAL_PARTICIPANT_INDEX", "value": str(participant_index)}]
     container = runner_container(inputs, image, args, env)
     spec = pod_spec(inputs, container)
