@@ -36,6 +36,7 @@ from portal.entries import (
 from portal.entries import counts as _counts
 from portal.health import NodeHealth
 from portal.pagination import Key
+from portal.queries import Filters, RegisteredCheck
 from portal.sight import Sight
 from shared.envelope import State
 
@@ -50,55 +51,6 @@ Shards = list[dict[str, Newest]]
 REBUILD_ABOVE = 0.25
 """An update touching more than this share of the results builds the snapshot anew instead."""
 __all__ = ["FLEET_ORDER", "Entry", "Filters", "Index", "RegisteredCheck", "entry_of", "render_page"]
-
-
-@dataclass(frozen=True)
-class RegisteredCheck:
-    """A check a profile registers (profile x check)."""
-
-    profile: str
-    name: str
-    index: int
-    backend: str
-    profile_generation: int
-    source_digest: str
-    freshness_seconds: int
-
-    @property
-    def id(self) -> str:
-        return f"{self.profile}/{self.name}"
-
-    def to_json(self, registered: bool = True) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "profile": self.profile,
-            "name": self.name,
-            "index": self.index,
-            "backend": self.backend,
-            "profileGeneration": self.profile_generation,
-            "sourceDigest": self.source_digest,
-            "freshnessSeconds": self.freshness_seconds,
-            "registered": registered,
-        }
-
-
-@dataclass(frozen=True)
-class Filters:
-    node: str | None = None
-    check: str | None = None
-    """``profile/check``, or a bare check name."""
-    state: State | None = None
-    workspace: str | None = None
-
-    def match(self, entry: Entry) -> bool:
-        key = entry.key
-        if self.node is not None and key[1] != self.node:
-            return False
-        if self.workspace is not None and key[0] != self.workspace:
-            return False
-        if self.state is not None and entry.state != self.state.value:
-            return False
-        return self.check is None or self.check in {entry.check_type, key[3]}
 
 
 @dataclass
