@@ -30,10 +30,10 @@ def _load() -> ModuleType:
 buildlanes = _load()
 
 # The stand-in for make: `ok-*` appends its name to a record and passes, `fail-N` exits N,
-# `slow` sleeps a minute (it must be stopped), `wait-for-X` passes once target X has run (it
+# `slow` runs until a signal stops it, `wait-for-X` passes once target X has run (it
 # proves the other lane runs at the same time), `mark-X` records X.
 FAKE_MAKE = """
-import pathlib, sys, time
+import pathlib, signal, sys, time
 record, target = pathlib.Path(sys.argv[1]), sys.argv[2]
 def mark(name):
     with record.open("a") as out:
@@ -41,7 +41,7 @@ def mark(name):
 if target.startswith("fail-"):
     sys.exit(int(target.split("-")[1]))
 if target == "slow":
-    time.sleep(60)
+    signal.pause()  # a build that runs until it is stopped
 if target.startswith("wait-for-"):
     deadline = time.monotonic() + 20
     while target.removeprefix("wait-for-") not in record.read_text().split():
