@@ -18,7 +18,7 @@ from typing import Any, Final, TypeVar
 
 import structlog
 
-from adapter import workloads
+from adapter import kueue, workloads
 from adapter.inputs import Inputs, Refusal
 from kubeio.client import Kube, resource_path
 from kubeio.errors import AlreadyExists, ApiError, Conflict, NotFound
@@ -203,3 +203,30 @@ async def wait_gone(kube: Kube, tree: TreeCheck, bound_seconds: float) -> list[O
 async def foreground_delete(kube: Kube, api: str, plural: str, namespace: str, name: str, uid: str) -> None:
     with contextlib.suppress(NotFound, Conflict):
         await kube.delete(resource_path(api, plural, namespace, name), uid=uid, propagation="Foreground")
+
+
+async def release_pod_group(kube: Kube, inputs: Inputs) -> None:
+    """Delete the Kueue Workload of this check's pod group, if it has one: Kueue removes its
+    finalizer from the Pods of a group it never admitted only when the group's Workload is
+    deleted (v0.17: deleted, gated Pods otherwise stay Pending with the finalizer for ever).
+    Gone already (finished and collected, or no Kueue installed): nothing to do. Refused or
+    failed (an installation without this RBAC rule): logged, and the wait for the Pods that
+    follows names any left behind (cleanup Failed, the check Inconclusive)."""
+    group = kueue.pod_group(inputs)
+    if group is None:
+        return
+    path = resource_path(kueue.KUEUE_WORKLOAD_API, kueue.KUEUE_WORKLOADS, inputs.run_namespace, group[0])
+    try:
+        await kube.delete(path, propagation="Background")
+    except NotFound:
+        return
+    except ApiError as exc:
+        log.warning(
+            "cannot delete the Kueue Workload of the check's pod group; its Pods may keep Kueue's finalizer "
+            "(grant the adapter delete on kueue.x-k8s.io workloads, deploy/base/adapter-rbac.yaml, and apply "
+            "deploy/base/adapter-kueue-admission-policy.yaml)",
+            workload=group[0],
+            error=str(exc)[:300],
+        )
+        return
+    log.info("deleted the Kueue Workload of the check's pod group", workload=group[0])

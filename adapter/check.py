@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from adapter import backend, collect, kueue, mpijobs, podbackend, workloads
+from adapter import backend, collect, mpijobs, podbackend, workloads
 from adapter.adoption import adoptable
 from adapter.adoption import labels as evidence_labels
 from adapter.backend import TreeCheck, log
 from adapter.inputs import Inputs, Refusal, ended, validate_against_run, with_run
 from kubeio.client import Kube, resource_path
 from kubeio.discovery import list_if_served
-from kubeio.errors import AlreadyExists, ApiError, NotFound
+from kubeio.errors import AlreadyExists
 from shared import keys, ownership, snapshot
 from shared.artifacts import StoreConfig
 from shared.evidence import (
@@ -265,7 +265,7 @@ async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: 
         tree.uids |= {p["metadata"]["uid"] for p in mine}
         gone = await backend.fan_out(lambda p: backend.delete_pod(kube, p), mine)
         deleted = list(collect.pod_workloads([p for p, ok in zip(mine, gone, strict=True) if ok]))
-        await _release_pod_group(kube, inputs)
+        await backend.release_pod_group(kube, inputs)
     else:
         deleted = await mpijobs.quiesce(kube, inputs, list(results.workloads), settings.runner_image, tree)
     left = await backend.wait_gone(kube, tree, settings.quiesce_seconds)
@@ -284,33 +284,6 @@ async def _quiesce(kube: Kube, inputs: Inputs, results: CheckResults, settings: 
         message = f"not gone after {settings.quiesce_seconds:.0f}s: {names}"
         return Cleanup(state="Failed", message=message, deleted=deleted, retained=retained, finished_at=_now())
     return Cleanup(state="Complete", message="every workload is gone", deleted=deleted, retained=[], finished_at=_now())
-
-
-async def _release_pod_group(kube: Kube, inputs: Inputs) -> None:
-    """Delete the Kueue Workload of this check's pod group, if it has one: Kueue removes its
-    finalizer from the Pods of a group it never admitted only when the group's Workload is
-    deleted (v0.17: deleted, gated Pods otherwise stay Pending with the finalizer for ever).
-    Gone already (finished and collected, or no Kueue installed): nothing to do. Refused or
-    failed (an installation without this RBAC rule): logged, and the wait for the Pods that
-    follows names any left behind (cleanup Failed, the check Inconclusive)."""
-    group = kueue.pod_group(inputs)
-    if group is None:
-        return
-    path = resource_path(kueue.KUEUE_WORKLOAD_API, kueue.KUEUE_WORKLOADS, inputs.run_namespace, group[0])
-    try:
-        await kube.delete(path, propagation="Background")
-    except NotFound:
-        return
-    except ApiError as exc:
-        log.warning(
-            "cannot delete the Kueue Workload of the check's pod group; its Pods may keep Kueue's finalizer "
-            "(grant the adapter delete on kueue.x-k8s.io workloads, deploy/base/adapter-rbac.yaml, and apply "
-            "deploy/base/adapter-kueue-admission-policy.yaml)",
-            workload=group[0],
-            error=str(exc)[:300],
-        )
-        return
-    log.info("deleted the Kueue Workload of the check's pod group", workload=group[0])
 
 
 async def run_check(kube: Kube, inputs: Inputs, settings: Settings, stop: asyncio.Event | None = None) -> Report:
