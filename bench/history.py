@@ -28,6 +28,9 @@ from tests.evidence_builders import check_evidence
 from tests.run_builders import run_body
 
 HISTORY_PROFILE = "bench-history"
+KEEP_MOST = 1000
+"""The most terminal Runs one profile keeps (the CRD's ``keepTerminalRuns`` maximum): more
+history is spread over profiles ``bench-history-<k>`` of up to this many Runs each."""
 CONCURRENCY = 32
 STAMP = "2026-12-01T00:00:00Z"
 
@@ -58,8 +61,8 @@ def _condition(type_: str, reason: str) -> Obj:
     return {"type": type_, "status": "True", "reason": reason, "message": reason, "lastTransitionTime": STAMP}
 
 
-async def _finished_run(admin: KubeClient, writer: KubeClient, namespace: str, nodes: list[Obj]) -> None:
-    body = run_body(namespace, nodes, HISTORY_PROFILE)
+async def _finished_run(admin: KubeClient, writer: KubeClient, namespace: str, nodes: list[Obj], profile: str) -> None:
+    body = run_body(namespace, nodes, profile)
     created = await admin.create(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace), body)
     name = created["metadata"]["name"]
     status = {
@@ -85,9 +88,11 @@ async def add_history(cluster: LocalCluster, world: World, nodes: list[Obj], run
     evidence is written as the controller's ServiceAccount: Signal's admission policy lets only
     the adapter and the controller create evidence, not even the cluster's admin."""
     admin, namespace = cluster.admin, world.namespace
-    body = profile_body(HISTORY_PROFILE, namespace, group)
-    body["spec"]["retention"] = {"keepTerminalRuns": max(1, runs)}  # the profile's minimum
-    await world.add_profile(body)
+    profiles = [f"{HISTORY_PROFILE}-{k}" for k in range(max(1, -(-runs // KEEP_MOST)))]
+    for name in profiles:
+        body = profile_body(name, namespace, group)
+        body["spec"]["retention"] = {"keepTerminalRuns": KEEP_MOST}
+        await world.add_profile(body)
     existing = (await admin.get(resource_path(keys.API_VERSION, keys.RUN_PLURAL, namespace)))["items"]
     live = sum(1 for r in existing if (r.get("status") or {}).get("phase") == "Running")
     missing = runs  # each with its evidence: ``runs`` evidence ConfigMaps, the live Runs on top
@@ -96,7 +101,7 @@ async def add_history(cluster: LocalCluster, world: World, nodes: list[Obj], run
     async def one(i: int, writer: KubeClient) -> None:
         async with limit:
             start = (i * group) % max(1, len(nodes) - group)
-            await _finished_run(admin, writer, namespace, nodes[start : start + group])
+            await _finished_run(admin, writer, namespace, nodes[start : start + group], profiles[i // KEEP_MOST])
 
     began = time.monotonic()
     writer_identity = await identities.service_account(cluster.plane, namespace, "signal-controller", create=False)

@@ -40,6 +40,11 @@ RELIST_AFTER = 3
 lists again (a refused connection resumes from the last version, however often)."""
 
 
+YIELD_EVERY = 100
+"""Objects of a listed page reduced between two yields to the event loop (the next page's
+request and answer go on meanwhile)."""
+
+
 class WatchEnded(Exception):
     """A watch stream ended before it delivered anything or stayed open long enough."""
 
@@ -153,21 +158,39 @@ class Informer(Generic[T]):
 
     async def _list(self) -> tuple[dict[str, T], str]:
         """List in pages, reducing each page as it arrives, so the peak memory of the initial
-        sync is one page of raw JSON rather than the whole collection."""
+        sync is two pages of raw JSON rather than the whole collection. The next page is asked
+        for before this one is reduced, and the reduction yields every ``YIELD_EVERY`` objects:
+        the server prepares and sends a page while this process reduces the one before (at
+        100,000 Nodes, 201 pages one after the other took 15.5 s, half of each page's time the
+        server's)."""
         items: dict[str, T] = {}
-        token = ""
-        while True:
-            query = {**self.query, "limit": str(self.page_size)}
-            if token:
-                query["continue"] = token
-            page = await self.kube.get(self.path, **query)
-            for obj in page.get("items", []):
-                reduced = self._reduce(obj)
-                if reduced is not None:
-                    items[self.key(obj)] = reduced
-            token = page["metadata"].get("continue") or ""
-            if not token:
-                return items, page["metadata"]["resourceVersion"]
+        upcoming = self._page("")
+        try:
+            while True:
+                page = await upcoming
+                token = page["metadata"].get("continue") or ""
+                if token:
+                    upcoming = self._page(token)
+                    await asyncio.sleep(0)  # the next request goes out before this page is reduced
+                for count, obj in enumerate(page.get("items", []), 1):
+                    reduced = self._reduce(obj)
+                    if reduced is not None:
+                        items[self.key(obj)] = reduced
+                    if count % YIELD_EVERY == 0:
+                        await asyncio.sleep(0)
+                if not token:
+                    return items, page["metadata"]["resourceVersion"]
+        finally:
+            upcoming.cancel()  # a list ended by an error or a cancellation asks for nothing more
+
+    def _page(self, token: str) -> "asyncio.Task[Obj]":
+        query = {**self.query, "limit": str(self.page_size)}
+        if token:
+            query["continue"] = token
+        task = asyncio.ensure_future(self.kube.get(self.path, **query))
+        # A page asked for and then not awaited (the list ended first): its outcome is read here.
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return task
 
     def _mark_synced(self) -> None:
         if not self._fresh and self.synced.is_set():
