@@ -63,7 +63,7 @@ def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 
 def _candidates(ctx: Context, name: str) -> int:
     """Nodes the cache shows requested for profile ``name`` and not reserved."""
-    return sum(1 for n in ctx.requested.in_order(name, ctx.nodes.items) if n.reservation is None)
+    return ctx.requested.free_count(name)
 
 
 def short_and_reported(status: Mapping[str, Any], candidates: int, count: int) -> bool:

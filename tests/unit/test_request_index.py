@@ -1,6 +1,6 @@
 """controller/rules/requested.py ``RequestIndex``: fed every change of a Node cache, it lists, for
-each profile, exactly the cached Nodes requested for it, by name then uid, whatever the order
-of the changes (adds, label changes, replacements, deletions, re-list diffs). Pure."""
+each profile, exactly the cached Nodes requested for it (the free ones by name then uid, then the
+reserved ones), and counts the free ones, whatever the order of the changes (adds, label changes, replacements, deletions, re-list diffs). Pure."""
 
 import random
 
@@ -25,8 +25,10 @@ def _view(rng: random.Random, name: str) -> NodeView:
 
 
 def _expected(cache: dict[str, NodeView], profile: str) -> list[tuple[str, str]]:
+    """The free ones by name then uid, then the reserved ones by name then uid."""
     wanted = [v for v in cache.values() if v.labels.get(keys.CERTIFY_LABEL) == profile]
-    return sorted((v.name, v.uid) for v in wanted)
+    free = sorted((v.name, v.uid) for v in wanted if v.reservation is None)
+    return free + sorted((v.name, v.uid) for v in wanted if v.reservation is not None)
 
 
 @pytest.mark.parametrize("seed", range(30))
@@ -47,6 +49,7 @@ def test_the_index_lists_exactly_the_requested_nodes_in_order(seed: int) -> None
         listed = [(v.name, v.uid) for v in index.in_order(profile, cache)]
         assert listed == _expected(cache, profile)
         assert index.count(profile) == len(listed)
+        assert index.free_count(profile) == sum(1 for v in index.in_order(profile, cache) if v.reservation is None)
 
 
 def test_a_view_changed_in_the_cache_after_the_index_is_read_as_it_is_now() -> None:
