@@ -340,9 +340,12 @@ async def selection_ms(admin, group: int) -> tuple[float, float, int]:  # type: 
 
     def requested(node: Obj, *, free: bool) -> Obj:
         labels = {**node["metadata"].get("labels", {}), keys.CERTIFY_LABEL: "bench-select"}
-        if free:
+        spec = node.get("spec") or {}
+        if free:  # as a Node no Run holds: no reservation label and no reservation taint
             labels.pop(keys.RESERVED_BY_LABEL, None)
-        return {**node, "metadata": {**node["metadata"], "labels": labels}}
+            taints = [t for t in spec.get("taints") or [] if t.get("key") != keys.RESERVED_TAINT_KEY]
+            spec = {**spec, "taints": taints}
+        return {**node, "metadata": {**node["metadata"], "labels": labels}, "spec": spec}
 
     def median_ms(views: list) -> float:  # type: ignore[type-arg]
         # As the controller selects: its cache keyed by Node, the requested Nodes kept in order
