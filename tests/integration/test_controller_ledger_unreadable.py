@@ -52,6 +52,17 @@ async def test_an_unparsable_ledger_stops_admission_only(
         # A restart on the broken ledger (what a crash loop would be made of).
         controller.stop()
         await controller.start()
+
+        # The restarted process, not the one before it: that one may already have read the
+        # broken ledger at its last resync and said so on the profile (make test, 2026-12-07:
+        # the metrics below were asked of a restarted process that had not started yet).
+        async def restarted() -> bool:
+            return "fence taken on an unparsable admission ledger" in controller.logs(tail=None)
+
+        async def logs() -> str:
+            return controller.logs()
+
+        await eventually(restarted, timeout=60, what="the restarted controller on the broken ledger", explain=logs)
         await world.add_nodes(later, requested_for=profile)
 
         async def stopped() -> Obj | None:
