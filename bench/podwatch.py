@@ -7,8 +7,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from bench.polling import wait_for
 from localcluster.kube import KubeClient, Obj, resource_path
 
+POLL = 0.05
+"""How often the bare client and the watch's last check poll (50 ms, as the floors were measured)."""
 SHOW = {"timeline": False}
 """``--timeline``: print every watch event of each workload's Pods, from the work's start."""
 
@@ -77,7 +80,7 @@ async def timed(
         async def delivered() -> bool:  # the work proved every Pod gone; its events may still be in flight
             return bool(times.seen) and len(times.gone) == len(times.seen)
 
-        await until("every Pod's deletion seen by the watch", delivered, 30)
+        await wait_for("every Pod's deletion seen by the watch", delivered, 30, POLL)
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
@@ -95,11 +98,3 @@ def _summary(kind: str, pod: Obj) -> str:
     states = ",".join(next(iter(s.get("state") or {"-": 0})) for s in status.get("containerStatuses") or [])
     deleting = " deleting" if pod["metadata"].get("deletionTimestamp") else ""
     return f"{kind} {status.get('phase', '-')} [{conditions}] containers [{states}]{deleting}"
-
-
-async def until(what: str, probe: Callable[[], Awaitable[bool]], seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} within {seconds:.0f}s")
-        await asyncio.sleep(0.05)

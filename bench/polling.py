@@ -10,13 +10,15 @@ from shared import keys
 POLL = 0.02
 
 
-async def wait_for(what: str, probe: Callable[[], Awaitable[bool]], timeout: float = 300.0) -> float:
-    """Poll ``probe`` until it holds; the ``time.time()`` it first did."""
+async def wait_for(
+    what: str, probe: Callable[[], Awaitable[bool]], timeout: float = 300.0, interval: float = POLL
+) -> float:
+    """Poll ``probe`` every ``interval`` seconds until it holds; the ``time.time()`` it first did."""
     deadline = time.monotonic() + timeout
     while not await probe():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(POLL)
+        await asyncio.sleep(interval)
     return time.time()
 
 

@@ -52,7 +52,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.podwatch import SHOW, timed, until
+from bench.podwatch import POLL, SHOW, timed
+from bench.polling import wait_for
 from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys
 from shared.evidence import CHECK_EVIDENCE_SCHEMA, decode_document
@@ -111,9 +112,9 @@ async def bare_pod(admin: KubeClient, body: Obj) -> None:
             raise RuntimeError(f"floor Pod {name} failed")
         return bool(phase == "Succeeded")
 
-    await until(f"floor Pod {name} Succeeded", succeeded)
+    await wait_for(f"floor Pod {name} Succeeded", succeeded, 180, POLL)
     await admin.delete(path, {"gracePeriodSeconds": 0})
-    await until(f"floor Pod {name} gone", lambda: _absent(admin, path))
+    await wait_for(f"floor Pod {name} gone", lambda: _absent(admin, path), 180, POLL)
 
 
 async def bare_mpijob(admin: KubeClient, body: Obj) -> None:
@@ -129,14 +130,14 @@ async def bare_mpijob(admin: KubeClient, body: Obj) -> None:
             raise RuntimeError(f"floor MPIJob {name}: its launcher failed")
         return "Succeeded" in phases
 
-    await until(f"floor MPIJob {name}'s launcher Succeeded", launched)
+    await wait_for(f"floor MPIJob {name}'s launcher Succeeded", launched, 180, POLL)
     await admin.delete(path, {"propagationPolicy": "Foreground"})
 
     async def all_gone() -> bool:
         left = (await admin.get(pods, labelSelector=f"{FLOOR_LABEL}={name}"))["items"]
         return not left and await _absent(admin, path)
 
-    await until(f"floor MPIJob {name} and its Pods gone", all_gone)
+    await wait_for(f"floor MPIJob {name} and its Pods gone", all_gone, 180, POLL)
 
 
 def _role(role: str) -> str:

@@ -161,8 +161,8 @@ class Informer(Generic[T]):
         sync is two pages of raw JSON rather than the whole collection. The next page is asked
         for before this one is reduced, and the reduction yields every ``YIELD_EVERY`` objects:
         the server prepares and sends a page while this process reduces the one before (at
-        100,000 Nodes, 201 pages one after the other took 15.5 s, half of each page's time the
-        server's)."""
+        100,000 Nodes, 201 pages one after the other took 15.5 s of the cold start, 12.4 s so;
+        what is left is mostly this process decoding and reducing them)."""
         items: dict[str, T] = {}
         upcoming = self._page("")
         try:

@@ -61,11 +61,6 @@ def progress_only(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return "eligibleNodes" in old and shape(old.get("conditions")) == shape(new.get("conditions"))
 
 
-def _candidates(ctx: Context, name: str) -> int:
-    """Nodes the cache shows requested for profile ``name`` and not reserved."""
-    return ctx.requested.free_count(name)
-
-
 def short_and_reported(status: Mapping[str, Any], candidates: int, count: int) -> bool:
     """Whether no admission is possible (fewer requested free Nodes than a group needs) and the
     status already says so (Ready, and not Admissible for want of Nodes): all a pass could
@@ -107,7 +102,7 @@ async def reconcile_profile(ctx: Context, raw: Obj, *, resync: bool) -> float | 
         where = ".".join(str(p) for p in first["loc"])
         return await _set_status(ctx, raw, SourceCheck(False, "InvalidSpec", f"{where}: {first['msg']}"), None)
     stale = status.get("observedGeneration") != generation or condition(status.get("conditions") or [], "Ready") is None
-    candidates = _candidates(ctx, name)
+    candidates = ctx.requested.free_count(name)  # requested for it and not reserved
     if not (stale or resync or candidates or name in ctx.profile_status_owed):
         return None
     wait = _progress_wait(ctx, name)

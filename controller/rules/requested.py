@@ -27,9 +27,9 @@ def _entry(key: str, view: NodeView | None) -> tuple[str, bool, Entry] | None:
 class RequestIndex:
     """Per profile, two sorted lists: the requested Nodes no Run reserves, and the reserved ones.
     Selection takes the free ones first, so a profile whose earlier groups hold most of its
-    requested Nodes is not walked past them at each admission (at 100,000 Nodes and 1,000 groups
+    requested Nodes is not walked past them at each admission (at 30,000 Nodes and 300 groups
     requested at once, that walk and a count of the free ones at each pass of the profile were a
-    fifth of the controller's time), and the free ones are counted without a walk at all."""
+    fifth of the controller's samples), and the free ones are counted without a walk at all."""
 
     def __init__(self) -> None:
         self._free: dict[str, list[Entry]] = {}
