@@ -156,7 +156,6 @@ class Controller:
             if resync:  # Node projections from the profiles' records (issue 12; controller/reconcile/reassert.py)
                 passes += [reassert_projections, expire_orphaned, warn_legacy_requests]
             await each_pass(self.ctx, passes)
-            self.refresh_metrics()
             return Done()
         obj = self._current(key)
         if obj is None:
@@ -298,9 +297,6 @@ class Controller:
         return Terminal(reason, message)
 
     # -- the loop ------------------------------------------------------------------------
-
-    def refresh_metrics(self) -> None:
-        metrics.refresh_runs(self.ctx.runs.items.values(), self.ctx.nodes.items.values())
 
     async def start(self, stop: asyncio.Event) -> None:
         """Take the fence (retrying while the API server cannot be reached), then recover once.

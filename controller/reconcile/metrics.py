@@ -197,21 +197,11 @@ def refresh_fleet(
         NODES_HELD.labels(phase=phase).set(hold.nodes)
         HELD_OLDEST.labels(phase=phase).set(hold.oldest_seconds)
     RUNS_PAST_DEADLINE.set(fleetstats.past_deadline(runs, now))
-
-
-def refresh_runs(runs: Iterable[RunView], nodes: Iterable[NodeView]) -> None:
-    """The Runs-by-phase and reserved-Nodes gauges from the caches."""
-    runs = list(runs)
-    uids = {r.uid for r in runs}
-    refresh((r.phase for r in runs), sum(1 for n in nodes if n.reservation and n.reservation.run_uid in uids))
-
-
-def refresh(phases: Iterable[str], reserved_nodes: int) -> None:
-    """Set the Runs-by-phase and reserved-Nodes gauges (``phases``: one per Run)."""
-    counts = Tally(phases)
+    counts = Tally(r.phase for r in runs)
     for phase in Phase:
         RUNS.labels(phase=phase.value).set(counts.get(phase.value, 0))
-    NODES_RESERVED.set(reserved_nodes)
+    uids = {r.uid for r in runs}
+    NODES_RESERVED.set(sum(1 for n in nodes if n.reservation and n.reservation.run_uid in uids))
 
 
 def observe_terminal(run: dict[str, Any], phase: Phase, now: datetime | None = None) -> None:

@@ -291,6 +291,12 @@ def test_the_fleet_gauges_follow_the_caches_and_drop_a_deleted_profile() -> None
     assert 'signal_nodes_held{phase="Failed"} 1.0' in text
     assert 'signal_held_reservation_oldest_age_seconds{phase="Failed"} 7200.0' in text
     assert "signal_runs_past_deadline 1.0" in text
+    # Runs by phase and reserved Nodes are counted at the scrape too, never left at the value
+    # of the last fleet-wide pass (make test on 6dc7556: a Succeeded Run still counted Running).
+    assert 'signal_runs{phase="Failed"} 1.0' in text
+    assert 'signal_runs{phase="Running"} 1.0' in text
+    assert 'signal_runs{phase="Succeeded"} 0.0' in text
+    assert "signal_nodes_reserved 1.0" in text
     metrics.refresh_fleet(["gpu"], nodes, runs, NOW)
     assert 'signal_nodes{profile="old"' not in generate_latest(metrics.REGISTRY).decode()
     assert 'signal_projection_tampered_total{profile="gpu"} 0.0' in text
