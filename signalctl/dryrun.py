@@ -68,11 +68,14 @@ def view(results: list[Obj], profile: str, count: int) -> output.View:
 
 async def _held(kube: Kube, namespace: str) -> set[str]:
     """The Nodes the admission ledger holds (empty, with a warning, when it cannot be read)."""
-    from controller.rules.ledger import LEDGER_NAME, LedgerError, parse_ledger  # noqa: PLC0415
+    from controller.reconcile.ledgerstore import fetch_segments  # noqa: PLC0415
+    from controller.rules.ledger import LEDGER_NAME, LedgerError, Segment, assemble, parse_head  # noqa: PLC0415
 
     try:
-        config_map = await kube.get(resource_path("v1", "configmaps", namespace, LEDGER_NAME))
-        return parse_ledger(config_map).held_nodes()
+        head = parse_head(await kube.get(resource_path("v1", "configmaps", namespace, LEDGER_NAME)))
+        segments: dict[str, Segment] = {}
+        await fetch_segments(kube, namespace, head, segments)
+        return assemble(head, segments).held_nodes()
     except NotFound:
         return set()
     except (ApiError, LedgerError) as exc:

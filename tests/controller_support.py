@@ -272,3 +272,25 @@ def reconciles(text: str, kind: str) -> float:
 def reserved_by(node: Obj) -> str | None:
     labels: dict[str, str] = node["metadata"].get("labels") or {}
     return labels.get(keys.RESERVED_BY_LABEL)
+
+
+async def ledger_groups(admin: KubeClient, namespace: str) -> dict[str, dict[str, Any]] | None:
+    """The admission ledger's groups as the API server holds them (Run -> profile and Node
+    names), its head and segments read and verified as the controller reads them; None
+    while there is no ledger. A head that changed while its segments were listed (a group
+    dropped, its segment deleted) is read again."""
+    from controller.rules.ledger import LEDGER_NAME, SEGMENT_COMPONENT, assemble, parse_head, parse_segment  # noqa: PLC0415
+
+    path = resource_path("v1", "configmaps", namespace, LEDGER_NAME)
+    selector = f"{keys.COMPONENT_LABEL}={SEGMENT_COMPONENT}"
+    while True:
+        try:
+            head = parse_head(await admin.get(path))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        listed = await admin.get(resource_path("v1", "configmaps", namespace), labelSelector=selector)
+        if (await admin.get(path))["metadata"]["resourceVersion"] == head.resource_version:
+            segments = dict(parse_segment(c) for c in listed["items"])
+            return {run: g.to_json() for run, g in assemble(head, segments).groups.items()}

@@ -37,7 +37,7 @@ from controller.reconcile.failing import announce, recovered_conditions, report_
 from controller.reconcile.lifecycle import enforce_retention, recur, warn_legacy_requests
 from controller.reconcile.profiles import reconcile_profile
 from controller.reconcile.reassert import reassert_projections
-from controller.reconcile.recovery import each_pass, recover
+from controller.reconcile.recovery import collect_segments, each_pass, recover
 from controller.reconcile.runs import reconcile_run
 from controller.reconcile.state import Context, NotLeader, log
 from controller.rules import affected
@@ -154,7 +154,7 @@ class Controller:
         if key.kind is Kind.GROUPS:
             passes: list[Callable[[Context], Awaitable[object]]] = [recover, enforce_retention]
             if resync:  # Node projections from the profiles' records (issue 12; controller/reconcile/reassert.py)
-                passes += [reassert_projections, expire_orphaned, warn_legacy_requests]
+                passes += [reassert_projections, expire_orphaned, warn_legacy_requests, collect_segments]
             await each_pass(self.ctx, passes)
             return Done()
         obj = self._current(key)

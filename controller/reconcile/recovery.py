@@ -4,7 +4,9 @@
 * a ledger group whose Run does not exist is dropped (admission is sequential within the
   fenced leader, so no admission is between its ledger write and its Run create);
 * a ledger group whose Run is terminal and released is dropped;
-* a Workflow whose Run is missing (or has another uid) is deleted.
+* a Workflow whose Run is missing (or has another uid) is deleted;
+* at each resync, a ledger segment no head names (a dropped group's, or one written before a
+  compare-and-swap that lost) is deleted once it is older than ``SEGMENT_GRACE``.
 Half-admitted Runs are finished or rolled back by ``runs.reconcile_run``.
 
 Each object is repaired apart from the others, and ``each_pass`` runs the fleet-wide passes
@@ -13,6 +15,7 @@ to change holds back nothing else; the first failure is raised afterwards, for t
 
 from collections.abc import Awaitable, Callable, Sequence
 
+from controller.reconcile.ledgerstore import delete_unnamed
 from controller.reconcile.reservations import release_node
 from controller.reconcile.state import Context, NotLeader, log
 from controller.rules.ledger import LedgerError
@@ -112,6 +115,16 @@ async def _drop_orphaned_groups(ctx: Context, failures: list[Exception]) -> int:
             _failed(failures, exc, f"the ledger group of Run {name}")
             break  # the ledger may have changed: the next pass reads it again
     return repairs
+
+
+async def collect_segments(ctx: Context) -> int:
+    """Delete the ledger segments that the head does not name; none while it cannot be read
+    (what it names is then not known)."""
+    try:
+        ledger = await ctx.read_ledger()
+    except LedgerError:
+        return 0
+    return await delete_unnamed(ctx.kube, ctx.namespace, ledger.digests, ctx.clock())
 
 
 async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, RunView], failures: list[Exception]) -> int:

@@ -15,7 +15,8 @@ from typing import Any
 import structlog
 
 from controller.reconcile import metrics
-from controller.rules.ledger import LEDGER_NAME, Ledger, LedgerError, ledger_object, parse_ledger
+from controller.reconcile.ledgerstore import fetch_segments, forget_unnamed, store_segments
+from controller.rules.ledger import LEDGER_NAME, Ledger, LedgerError, Segment, assemble, ledger_object, parse_head
 from controller.rules.nodes import NodeView, node_view
 from controller.rules.requested import RequestIndex
 from controller.rules.runview import RunView, lean, run_view
@@ -25,6 +26,8 @@ from kubeio.informer import Informer
 from shared import keys
 
 log = structlog.get_logger("signal-controller")
+LEDGER_READS = 3
+"""How many times a ledger whose head changed while its segments were read is read again."""
 RUN_PAGE_SIZE = 100
 """Runs per page of the Run cache's LIST (kubeio's default: 500)."""
 
@@ -95,6 +98,9 @@ class Context:
     ledger_problem: str = ""
     """Why the admission ledger cannot be parsed ('' while it can): admission stops, nothing
     else does (issue 42 M-B)."""
+    ledger_segments: dict[str, Segment] = field(default_factory=dict)
+    """Digest -> segment, for every group the last ledger read named (segments are immutable:
+    each is read once; controller/reconcile/ledgerstore.py)."""
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
@@ -143,7 +149,7 @@ class Context:
         """Uncached read; raises NotLeader when another controller holds the fence, and
         LedgerError (recorded in ``ledger_problem`` and the metric) when it cannot be parsed."""
         try:
-            ledger = parse_ledger(await self.kube.get(self.ledger_path()))
+            ledger = await self._read_ledger()
         except NotFound:
             ledger = Ledger()
         except LedgerError as exc:
@@ -156,6 +162,23 @@ class Context:
         if require_fence and (ledger.fence != self.fence or ledger.holder != self.identity):
             raise NotLeader(f"ledger fence {ledger.fence} ({ledger.holder}) is not ours ({self.fence})")
         return ledger
+
+    async def _read_ledger(self) -> Ledger:
+        """The head, then the segments it names that are not known yet. A segment missing is
+        looked for again under a head read again, while that head is another: a leader being
+        deposed may have dropped the group and deleted its segment between the two reads."""
+        head = parse_head(await self.kube.get(self.ledger_path()))
+        for _ in range(LEDGER_READS):
+            await fetch_segments(self.kube, self.namespace, head, self.ledger_segments)
+            try:
+                return assemble(head, self.ledger_segments)
+            except LedgerError:
+                again = parse_head(await self.kube.get(self.ledger_path()))
+                if again.resource_version == head.resource_version:
+                    raise
+                head = again
+        await fetch_segments(self.kube, self.namespace, head, self.ledger_segments)
+        return assemble(head, self.ledger_segments)
 
     def _ledger_unreadable(self, problem: str) -> None:
         metrics.LEDGER_UNREADABLE.set(1)
@@ -182,13 +205,18 @@ class Context:
             await self.write_ledger(ledger.without(run))
 
     async def write_ledger(self, ledger: Ledger) -> Ledger:
-        """Compare-and-swap: fails with Conflict when the ledger changed since it was read."""
+        """Compare-and-swap of the head, after the segments of its new groups, then the deletion
+        of the segments of the groups it dropped: fails with Conflict when the ledger changed
+        since it was read (the new segments are then named by no head, and deleted later:
+        recovery.collect_segments)."""
+        ledger = await store_segments(self.kube, self.namespace, ledger, self.ledger_segments)
         body = ledger_object(ledger, self.namespace)
         if ledger.resource_version:
             written = await self.kube.replace(self.ledger_path(), body)
         else:
             written = await self.kube.create(resource_path("v1", "configmaps", self.namespace), body)
-        return parse_ledger(written)
+        await forget_unnamed(self.kube, self.namespace, ledger.digests, self.ledger_segments)
+        return assemble(parse_head(written), self.ledger_segments)
 
     async def take_fence(self) -> None:
         """Become the only writer: bump the fence in the ledger (compare-and-swap). An

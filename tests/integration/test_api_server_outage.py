@@ -9,7 +9,6 @@ the same etcd.
   with every Node reserved for it and the ledger holding exactly its group (no leak)."""
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from kubeio.informer import Informer
 from localcluster.cluster import LocalCluster
 from localcluster.controlplane import ControlPlane, free_port
 from localcluster.kube import KubeClient
-from tests.controller_support import ControllerProcess, World, eventually, profile_body, reserved_by
+from tests.controller_support import ControllerProcess, World, eventually, ledger_groups, profile_body, reserved_by
 
 OUTAGE = 10.0
 pytestmark = pytest.mark.timeout(600)
@@ -159,8 +158,7 @@ async def test_the_controller_survives_an_outage_in_the_middle_of_an_admission(
             if len(runs) != 1 or (runs[0].get("status") or {}).get("phase") != "Running":
                 return False
             uid = runs[0]["metadata"]["uid"]
-            ledger = await admin.get(resource_path("v1", "configmaps", namespace, "signal-admission-ledger"))
-            groups = json.loads(ledger["data"]["groups"])
+            groups = await ledger_groups(admin, namespace) or {}
             nodes = await world.nodes(names)
             return list(groups) == [runs[0]["metadata"]["name"]] and all(reserved_by(n) == uid for n in nodes)
 

@@ -184,8 +184,15 @@ ATTEMPTS: dict[str, Attempt] = {
 }
 
 LEDGER = "signal-admission-ledger"
+SEGMENT = f"{LEDGER}-{'1' * 64}"
 LEASE = "signal-controller"
 CONTROL_OBJECTS: dict[str, Attempt] = {
+    # A segment of the ledger (issue 47): one deleted stops admission, one forged under the name
+    # a group's digest will have would be read back as that group's.
+    "ledger-segment-deleted": Attempt("DELETE", lambda ns: resource_path("v1", "configmaps", ns, SEGMENT), dict),
+    "ledger-segment-forged": creating(
+        "v1", "configmaps", lambda: {"metadata": {"name": f"{LEDGER}-{'2' * 64}"}, "data": {"segment": "{}"}}
+    ),
     # M-B: the admission ledger and the leader Lease (both exist: the controller's).
     "ledger-made-unparsable": Attempt(
         "UPDATE", lambda ns: resource_path("v1", "configmaps", ns, LEDGER), lambda: {"data": {"groups": "{"}}
@@ -279,9 +286,11 @@ async def test_third_parties_cannot_write_signals_ledger_or_lease(
     await signal_installed(admin, namespace)
     ledger = {"metadata": {"name": LEDGER}, "data": {"fence": "1", "holder": "signal-controller", "groups": "{}"}}
     lease = {"metadata": {"name": LEASE}, "spec": {"holderIdentity": "signal-controller", "leaseDurationSeconds": 15}}
-    # The controller itself writes both (here: creates them).
+    segment = {"metadata": {"name": SEGMENT}, "immutable": True, "data": {"segment": "{}"}}
+    # The controller itself writes all three (here: creates them).
     async with (await identities.service_account(cluster.plane, namespace, LEASE, create=False)).client() as own:
         await own.create(resource_path("v1", "configmaps", namespace), ledger)
+        await own.create(resource_path("v1", "configmaps", namespace), segment)
         await own.create(resource_path("coordination.k8s.io/v1", "leases", namespace), lease)
     async with attackers(cluster, admin, namespace, argo=True) as clients:
         await identities_policy_enforced(clients["editor"], namespace)
@@ -290,6 +299,9 @@ async def test_third_parties_cannot_write_signals_ledger_or_lease(
     assert all(by_policy.values()), f"refused by RBAC alone: {by_policy}"
     kept = await admin.get(resource_path("v1", "configmaps", namespace, LEDGER))
     assert kept["data"] == ledger["data"]
+    assert (await admin.get(resource_path("v1", "configmaps", namespace, SEGMENT)))["data"] == segment["data"]
+    names = {c["metadata"]["name"] for c in (await admin.get(resource_path("v1", "configmaps", namespace)))["items"]}
+    assert f"{LEDGER}-{'2' * 64}" not in names
     held = await admin.get(resource_path("coordination.k8s.io/v1", "leases", namespace, LEASE))
     assert held["spec"]["leaseDurationSeconds"] == 15
 

@@ -5,9 +5,9 @@ nor the terminal status happens while a Run-labelled workload (Pod, MPIJob) rema
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +24,7 @@ from tests.controller_support import (
     World,
     eventually,
     install_rbac,
+    ledger_groups,
     metrics_text,
     profile_body,
     reconciles,
@@ -61,9 +62,8 @@ def run_path(run: Obj, sub: str | None = None) -> str:
     return resource_path(API, keys.RUN_PLURAL, run["metadata"]["namespace"], run["metadata"]["name"], sub)
 
 
-async def ledger_groups(world: World) -> dict:
-    cm = await world.admin.get(resource_path("v1", "configmaps", world.namespace, "signal-admission-ledger"))
-    return json.loads(cm["data"]["groups"])
+async def groups_of(world: World) -> dict[str, dict[str, Any]]:
+    return await ledger_groups(world.admin, world.namespace) or {}
 
 
 async def test_release_keeps_an_operator_cordon_made_during_the_run(admitted: tuple[World, Obj, list[str]]) -> None:
@@ -89,7 +89,7 @@ async def test_release_keeps_an_operator_cordon_made_during_the_run(admitted: tu
         assert not [t for t in node["spec"].get("taints", []) if t["key"] == "projectsignal.dev/reserved"]
     assert cordoned["spec"]["unschedulable"] is True, "the operator's cordon must survive the release"
     assert not free["spec"].get("unschedulable")
-    assert run["metadata"]["name"] not in await ledger_groups(world)
+    assert run["metadata"]["name"] not in await groups_of(world)
 
 
 FAILING = {"fail.sh": "#!/bin/sh\necho 'link down' >&2\nexit 1\n"}
@@ -152,7 +152,7 @@ async def test_failed_run_stays_reserved_until_release(
             assert reserved_by(node) == uid, f"{node['metadata']['name']} was released without spec.release"
             taints = [t for t in node["spec"].get("taints") or [] if t["key"] == keys.RESERVED_TAINT_KEY]
             assert taints == [{"key": keys.RESERVED_TAINT_KEY, "value": uid, "effect": "NoSchedule"}], node["spec"]
-        assert run["metadata"]["name"] in await ledger_groups(world)
+        assert run["metadata"]["name"] in await groups_of(world)
 
         await admin.merge_patch(run_path(run), {"spec": {"release": True}})
 
@@ -164,7 +164,7 @@ async def test_failed_run_stays_reserved_until_release(
         for node in await world.nodes(names):
             assert reserved_by(node) is None
             assert not [t for t in node["spec"].get("taints") or [] if t["key"] == keys.RESERVED_TAINT_KEY]
-        assert run["metadata"]["name"] not in await ledger_groups(world)
+        assert run["metadata"]["name"] not in await groups_of(world)
     finally:
         controller.stop()
         await world.cleanup()

@@ -7,7 +7,6 @@ The write points are not listed here: a traced run records every write the contr
 through its gateway (kubeio.crashpoints), so a new write cannot escape this test."""
 
 import asyncio
-import json
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,10 +16,18 @@ import pytest
 from controller.reconcile.reservations import NODE_WRITE_CONCURRENCY
 from controller.rules.manifests import snapshot_manifest
 from localcluster.cluster import LocalCluster
-from localcluster.kube import ApiError, KubeClient, Obj, resource_path
+from localcluster.kube import KubeClient, Obj, resource_path
 from shared import keys
 from tests import evidence_builders as eb
-from tests.controller_support import SCRIPTS, ControllerProcess, World, eventually, profile_body, reserved_by
+from tests.controller_support import (
+    SCRIPTS,
+    ControllerProcess,
+    World,
+    eventually,
+    ledger_groups,
+    profile_body,
+    reserved_by,
+)
 from tests.run_builders import run_body
 
 BATCH = 4
@@ -65,12 +72,7 @@ class Scenario:
         runs = await self.world.runs()
         workflows = (await self.admin.get(resource_path("argoproj.io/v1alpha1", "workflows", self.namespace)))["items"]
         nodes = await self.world.nodes(self.names)
-        try:
-            ledger = await self.admin.get(resource_path("v1", "configmaps", self.namespace, "signal-admission-ledger"))
-        except ApiError as exc:
-            assert exc.status == 404
-            return runs, workflows, nodes, {}
-        return runs, workflows, nodes, json.loads(ledger["data"]["groups"])
+        return runs, workflows, nodes, await ledger_groups(self.admin, self.namespace) or {}
 
     async def converged_admitted(self) -> bool:
         """Admitted: one Running Run holding every Node (with the autoscalers' do-not-disrupt

@@ -1,12 +1,30 @@
-"""controller/rules/ledger.py: the admission ledger ConfigMap. A malformed ledger is an error
-(admission stops), never an empty ledger."""
+"""controller/rules/ledger.py: the admission ledger's head and segments. A malformed ledger is
+an error (admission stops), never an empty ledger."""
 
+import hashlib
 import json
 from typing import Any
 
 import pytest
 
-from controller.rules.ledger import LEDGER_NAME, Group, Ledger, LedgerError, ledger_data, ledger_object, parse_ledger
+from controller.rules.ledger import (
+    LEDGER_NAME,
+    Group,
+    Ledger,
+    LedgerError,
+    Segment,
+    assemble,
+    ledger_data,
+    ledger_object,
+    parse_head,
+    parse_ledger,
+    parse_segment,
+    segment_name,
+    segment_object,
+    stored,
+    unstored,
+)
+from shared import keys
 
 G1 = Group("gpu-basic", ("n1", "n2"))
 G2 = Group("nccl", ("n7",))
@@ -37,27 +55,128 @@ def _config_map(data: dict[str, Any] | None, rv: str | None = "5") -> dict[str, 
 def test_round_trip(ledger: Ledger) -> None:
     body = ledger_object(ledger, "signal-system")
     body["metadata"]["resourceVersion"] = "12"  # as the API server returns it
-    parsed = parse_ledger(body)
+    segments = dict(parse_segment(segment_object(s, "signal-system")) for s in unstored(ledger))
+    parsed = parse_ledger(body, segments)
     assert parsed.fence == ledger.fence
     assert parsed.holder == ledger.holder
     assert dict(parsed.groups) == dict(ledger.groups)
     assert parsed.resource_version == "12"
+    assert dict(parsed.digests) == dict(stored(ledger).digests)
+    assert unstored(parsed) == []
 
 
-def test_ledger_data_is_canonical() -> None:
+def _digest(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def test_the_head_names_each_group_by_the_digest_of_its_canonical_segment() -> None:
+    a = '{"fence":7,"nodes":["n1","n2"],"profile":"gpu-basic","run":"run-a"}'
+    b = '{"fence":7,"nodes":["n7"],"profile":"nccl","run":"run-b"}'
+    assert [s.content() for s in unstored(FULL)] == [a, b]
     data = ledger_data(FULL)
     assert data == {
         "fence": "7",
         "holder": "controller-a",
-        "groups": '{"run-a":{"nodes":["n1","n2"],"profile":"gpu-basic"},"run-b":{"nodes":["n7"],"profile":"nccl"}}',
+        "segments": json.dumps({"run-a": _digest(a), "run-b": _digest(b)}, separators=(",", ":")),
     }
+    assert "groups" not in data  # an earlier version refuses a head without groups: a downgrade fails closed
     reordered = Ledger(7, "controller-a", {"run-a": G1, "run-b": G2})
     assert ledger_data(reordered) == data
 
 
+def test_a_segment_is_an_immutable_configmap_named_by_its_digest_and_labelled() -> None:
+    segment = Segment("run-a", G1, 7)
+    body = segment_object(segment, "ns")
+    assert body["metadata"] == {
+        "name": f"{LEDGER_NAME}-{_digest(segment.content())}",
+        "namespace": "ns",
+        "labels": {keys.COMPONENT_LABEL: "ledger-segment"},
+    }
+    assert body["immutable"] is True
+    assert parse_segment(body) == (_digest(segment.content()), segment)
+
+
 def test_group_order_of_nodes_is_kept() -> None:
     ledger = Ledger(1, "c", {"r": Group("p", ("z", "a", "m"))})
-    assert parse_ledger(_config_map(ledger_data(ledger))).groups["r"].nodes == ("z", "a", "m")
+    segments = {s.digest(): s for s in unstored(ledger)}
+    assert parse_ledger(_config_map(ledger_data(ledger)), segments).groups["r"].nodes == ("z", "a", "m")
+
+
+def test_two_leaders_never_write_the_same_segment() -> None:
+    assert Segment("r", G1, 1).digest() != Segment("r", G1, 2).digest()
+    assert Segment("r", G1, 1).digest() != Segment("s", G1, 1).digest()
+
+
+def test_inline_groups_of_an_earlier_version_are_stored_at_the_next_write() -> None:
+    legacy = _config_map({"fence": "4", "holder": "h", "groups": json.dumps({"r": {"profile": "p", "nodes": ["n"]}})})
+    ledger = parse_ledger(legacy).fenced(5, "me")
+    assert [s.run for s in unstored(ledger)] == ["r"]
+    assert unstored(ledger)[0].fence == 5
+    head = parse_head(_config_map(ledger_data(ledger)))
+    assert head.inline == {}
+    assert set(head.segments) == {"r"}
+
+
+def test_with_group_and_without_forget_the_runs_digest() -> None:
+    ledger = stored(FULL)
+    assert unstored(ledger) == []
+    replaced = ledger.with_group("run-a", Group("gpu-basic", ("n3",)))
+    assert [s.run for s in unstored(replaced)] == ["run-a"]
+    assert set(ledger.without("run-b").digests) == {"run-a"}
+    assert set(ledger.fenced(9, "x").digests) == {"run-a", "run-b"}
+
+
+# -- segments: missing, forged or malformed is an error ----------------------------------
+
+
+def _segment_map(content: str, name: str | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name or segment_name(_digest(content))}, "data": {"segment": content}}
+
+
+@pytest.mark.parametrize(
+    ("config_map", "problem"),
+    [
+        pytest.param(
+            {**_segment_map('{"fence":1,"nodes":["n1"],"profile":"p","run":"r"}', segment_name("0" * 64))},
+            "does not match the digest",
+            id="content changed under its name",
+        ),
+        pytest.param(
+            {"metadata": {"name": "other"}, "data": {"segment": "{}"}}, "not a segment's name", id="not a segment"
+        ),
+        pytest.param({"metadata": {"name": segment_name("0" * 64)}}, "does not match", id="no content"),
+        pytest.param(_segment_map("{not json"), "malformed", id="content not JSON"),
+        pytest.param(_segment_map("[]"), "not an object", id="content a list"),
+        pytest.param(
+            _segment_map('{"fence":"1","nodes":[],"profile":"p","run":"r"}'), "fence an integer", id="fence a string"
+        ),
+        pytest.param(
+            _segment_map('{"fence":true,"nodes":[],"profile":"p","run":"r"}'), "fence an integer", id="fence a bool"
+        ),
+        pytest.param(
+            _segment_map('{"fence":1,"nodes":[],"profile":"p","run":3}'), "run must be a string", id="run a number"
+        ),
+        pytest.param(
+            _segment_map('{"fence":1,"nodes":"n","profile":"p","run":"r"}'), "list of Node names", id="nodes a string"
+        ),
+        pytest.param(_segment_map('{"fence":1,"profile":"p","run":"r"}'), "malformed", id="no nodes"),
+    ],
+)
+def test_a_bad_segment_is_an_error(config_map: dict[str, Any], problem: str) -> None:
+    with pytest.raises(LedgerError, match=problem):
+        parse_segment(config_map)
+
+
+def test_a_segment_the_head_names_must_be_there_and_be_its_runs() -> None:
+    head = parse_head(_config_map(ledger_data(FULL)))
+    segments = {s.digest(): s for s in unstored(FULL)}
+    assert dict(assemble(head, segments).groups) == dict(FULL.groups)
+    missing = {d: s for d, s in segments.items() if s.run != "run-b"}
+    with pytest.raises(LedgerError, match=f"segment {LEDGER_NAME}-[0-9a-f]{{64}} of Run run-b is missing"):
+        assemble(head, missing)
+    swapped = {d: Segment("run-a" if s.run == "run-b" else s.run, s.group, s.fence) for d, s in segments.items()}
+    with pytest.raises(LedgerError, match="is Run run-a's, not Run run-b's"):
+        assemble(head, swapped)
 
 
 @pytest.mark.parametrize(
@@ -108,6 +227,14 @@ def test_parse_tolerated(config_map: dict[str, Any], expected: Ledger) -> None:
         pytest.param({"fence": "1", "groups": '{"r": null}'}, id="group null"),
         pytest.param({"fence": "1", "groups": '{"r": {"profile": "p", "nodes": 3}}'}, id="nodes a number"),
         pytest.param({"fence": "1", "groups": '{"r": {"profile": "p", "nodes": null}}'}, id="nodes null"),
+        pytest.param({"fence": "1", "segments": "[]"}, id="segments a list"),
+        pytest.param({"fence": "1", "segments": '{"r": 3}'}, id="a segment digest a number"),
+        pytest.param({"fence": "1", "segments": '{"r": "abc"}'}, id="a segment digest too short"),
+        pytest.param({"fence": "1", "segments": json.dumps({"r": "A" * 64})}, id="a segment digest not lower hex"),
+        pytest.param(
+            {"fence": "1", "groups": '{"r": {"profile": "p", "nodes": []}}', "segments": json.dumps({"r": "0" * 64})},
+            id="a Run both inline and in a segment",
+        ),
     ],
 )
 def test_malformed_ledger_is_an_error(data: dict[str, str]) -> None:
