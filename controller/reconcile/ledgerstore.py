@@ -74,7 +74,7 @@ async def fetch_segments(kube: Kube, namespace: str, head: Head, known: dict[str
     missing = wanted - known.keys()
     if len(missing) > SEGMENT_GETS:
         _keep(known, await list_segments(kube, namespace), missing)
-        return
+        missing -= known.keys()  # one not listed (its label taken off) is still read by name
     path = _collection(namespace)
     got = await asyncio.gather(*(kube.get_or_none(f"{path}/{segment_name(d)}") for d in sorted(missing)))
     _keep(known, (obj for obj in got if obj is not None), missing)

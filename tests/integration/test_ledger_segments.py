@@ -9,7 +9,8 @@ may write the ledger is tests/integration/test_attacks_identities.py's business)
   unreadable (LedgerError): never a group with no Nodes, never a ledger without the group.
 * A group dropped deletes its segment at once; a segment no head names is deleted once older
   than SEGMENT_GRACE, never a named one, never a young one.
-* A fresh controller reads many segments with one LIST; a second read reads none."""
+* A fresh controller reads many segments with one LIST (one not listed, by name); a second
+  read reads none."""
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -182,10 +183,14 @@ async def test_a_fresh_controller_lists_the_segments_once_and_then_reads_none(
         for i in range(many):
             ledger = await ctx.write_ledger(ledger.with_group(f"run-{i}", Group("p", (f"n{i}",))))
         fresh.fence, fresh.identity = ctx.fence, ctx.identity
+        # Immutable is the content only: one segment's label taken off, it is not listed, and
+        # is read by its name (its content still verified by the digest it is named by).
+        unlabelled = resource_path("v1", "configmaps", namespace, segment_name(ledger.digests["run-0"]))
+        await admin.merge_patch(unlabelled, {"metadata": {"labels": None}})
         assert len((await fresh.read_ledger()).groups) == many
-        assert (counting.lists, counting.segment_gets) == (1, 0)
+        assert (counting.lists, counting.segment_gets) == (1, 1)
         ledger = await fresh.read_ledger()
-        assert (counting.lists, counting.segment_gets) == (1, 0), "segments are read once"
+        assert (counting.lists, counting.segment_gets) == (1, 1), "segments are read once"
         await fresh.write_ledger(ledger.with_group("run-new", Group("p", ("n-new",))))
         await ctx.read_ledger()  # the other context: one segment new to it, one GET
         assert ctx.kube.segment_gets == 1  # type: ignore[attr-defined]
