@@ -96,12 +96,13 @@ async def store_segments(kube: Kube, namespace: str, ledger: Ledger, known: dict
     return stored(ledger)
 
 
-async def forget_unnamed(kube: Kube, namespace: str, named: Mapping[str, str], known: dict[str, Segment]) -> None:
+async def forget_unnamed(kube: Kube, namespace: str, named: Mapping[str, str], known: dict[str, Segment]) -> bool:
     """After a head that names ``named`` (Run -> digest) was written: delete the segments
     ``known`` has that it does not name (a dropped group's). None can be named again: a
     segment is its Run's, under the fence of the leader that wrote it. One not deleted (an
-    error) is left for ``delete_unnamed``."""
+    error) is left for ``delete_unnamed``; returns whether none was."""
     keep = set(named.values())
+    clean = True
     for digest in sorted(d for d in known if d not in keep):
         del known[digest]
         try:
@@ -109,11 +110,13 @@ async def forget_unnamed(kube: Kube, namespace: str, named: Mapping[str, str], k
         except NotFound:
             continue
         except ApiError as exc:
+            clean = False
             log.warning(
                 "a dropped group's ledger segment was not deleted; the next resync deletes it",
                 segment=segment_name(digest),
                 error=str(exc)[:300],
             )
+    return clean
 
 
 def _age(obj: Obj, now: datetime) -> timedelta:
@@ -124,14 +127,18 @@ def _age(obj: Obj, now: datetime) -> timedelta:
         return timedelta(0)
 
 
-async def delete_unnamed(kube: Kube, namespace: str, named: Mapping[str, str], now: datetime) -> int:
+async def delete_unnamed(kube: Kube, namespace: str, named: Mapping[str, str], now: datetime) -> tuple[int, int]:
     """Delete the segments that ``named`` (a head's Run -> digest) does not name and that are
-    older than SEGMENT_GRACE. Returns how many were deleted."""
+    older than SEGMENT_GRACE. Returns how many were deleted, and how many unnamed ones were
+    kept for being younger."""
     keep = {segment_name(d) for d in named.values()}
-    deleted = 0
+    deleted = young = 0
     for obj in await list_segments(kube, namespace):
         meta = obj.get("metadata") or {}
-        if meta.get("name") in keep or _age(obj, now) < SEGMENT_GRACE:
+        if meta.get("name") in keep:
+            continue
+        if _age(obj, now) < SEGMENT_GRACE:
+            young += 1
             continue
         try:
             await kube.delete(f"{_collection(namespace)}/{meta['name']}", uid=meta.get("uid"))
@@ -140,4 +147,4 @@ async def delete_unnamed(kube: Kube, namespace: str, named: Mapping[str, str], n
         deleted += 1
     if deleted:
         log.info("deleted admission ledger segments that no head names", deleted=deleted)
-    return deleted
+    return deleted, young

@@ -5,8 +5,9 @@
   fenced leader, so no admission is between its ledger write and its Run create);
 * a ledger group whose Run is terminal and released is dropped;
 * a Workflow whose Run is missing (or has another uid) is deleted;
-* at each resync, a ledger segment no head names (a dropped group's, or one written before a
-  compare-and-swap that lost) is deleted once it is older than ``SEGMENT_GRACE``.
+* at a resync, a ledger segment no head names (one written before a compare-and-swap that
+  lost, or left by a crash) is deleted once it is older than ``SEGMENT_GRACE``: looked for
+  only when one may have been left, so that a resync lists nothing otherwise.
 Half-admitted Runs are finished or rolled back by ``runs.reconcile_run``.
 
 Each object is repaired apart from the others, and ``each_pass`` runs the fleet-wide passes
@@ -118,13 +119,18 @@ async def _drop_orphaned_groups(ctx: Context, failures: list[Exception]) -> int:
 
 
 async def collect_segments(ctx: Context) -> int:
-    """Delete the ledger segments that the head does not name; none while it cannot be read
-    (what it names is then not known)."""
+    """Delete the ledger segments that the head does not name, when some may have been left
+    (``ctx.segments_litter``: otherwise no LIST); none while the ledger cannot be read (what
+    it names is then not known)."""
+    if not ctx.segments_litter:
+        return 0
     try:
         ledger = await ctx.read_ledger()
     except LedgerError:
         return 0
-    return await delete_unnamed(ctx.kube, ctx.namespace, ledger.digests, ctx.clock())
+    deleted, young = await delete_unnamed(ctx.kube, ctx.namespace, ledger.digests, ctx.clock())
+    ctx.segments_litter = young > 0
+    return deleted
 
 
 async def _delete_orphan_workflows(ctx: Context, runs_by_name: dict[str, RunView], failures: list[Exception]) -> int:

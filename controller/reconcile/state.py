@@ -16,7 +16,16 @@ import structlog
 
 from controller.reconcile import metrics
 from controller.reconcile.ledgerstore import fetch_segments, forget_unnamed, store_segments
-from controller.rules.ledger import LEDGER_NAME, Ledger, LedgerError, Segment, assemble, ledger_object, parse_head
+from controller.rules.ledger import (
+    LEDGER_NAME,
+    Ledger,
+    LedgerError,
+    Segment,
+    assemble,
+    ledger_object,
+    parse_head,
+    unstored,
+)
 from controller.rules.nodes import NodeView, node_view
 from controller.rules.requested import RequestIndex
 from controller.rules.runview import RunView, lean, run_view
@@ -101,6 +110,10 @@ class Context:
     ledger_segments: dict[str, Segment] = field(default_factory=dict)
     """Digest -> segment, for every group the last ledger read named (segments are immutable:
     each is read once; controller/reconcile/ledgerstore.py)."""
+    segments_litter: bool = True
+    """Whether a segment no head names may have been left: at start (a crash may have left
+    one), after a head write that failed once its segments were written, or a deletion that
+    failed. Only then does a resync list the segments (recovery.collect_segments)."""
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
@@ -209,13 +222,19 @@ class Context:
         of the segments of the groups it dropped: fails with Conflict when the ledger changed
         since it was read (the new segments are then named by no head, and deleted later:
         recovery.collect_segments)."""
-        ledger = await store_segments(self.kube, self.namespace, ledger, self.ledger_segments)
-        body = ledger_object(ledger, self.namespace)
-        if ledger.resource_version:
-            written = await self.kube.replace(self.ledger_path(), body)
-        else:
-            written = await self.kube.create(resource_path("v1", "configmaps", self.namespace), body)
-        await forget_unnamed(self.kube, self.namespace, ledger.digests, self.ledger_segments)
+        new = bool(unstored(ledger))
+        try:
+            ledger = await store_segments(self.kube, self.namespace, ledger, self.ledger_segments)
+            body = ledger_object(ledger, self.namespace)
+            if ledger.resource_version:
+                written = await self.kube.replace(self.ledger_path(), body)
+            else:
+                written = await self.kube.create(resource_path("v1", "configmaps", self.namespace), body)
+        except BaseException:
+            self.segments_litter = self.segments_litter or new
+            raise
+        if not await forget_unnamed(self.kube, self.namespace, ledger.digests, self.ledger_segments):
+            self.segments_litter = True
         return assemble(parse_head(written), self.ledger_segments)
 
     async def take_fence(self) -> None:

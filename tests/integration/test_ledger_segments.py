@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 
 from controller.reconcile.ledgerstore import SEGMENT_GETS, SEGMENT_GRACE, delete_unnamed
+from controller.reconcile.recovery import collect_segments
 from controller.reconcile.state import Context
 from controller.rules.ledger import LEDGER_NAME, Group, LedgerError, Segment, segment_name, segment_object
 from kubeio.client import Kube, Obj, resource_path
+from kubeio.errors import Conflict
 from localcluster.cluster import LocalCluster
 from localcluster.kube import KubeClient
 from tests.controller_support import ledger_groups
@@ -162,9 +164,9 @@ async def test_a_dropped_groups_segment_goes_at_once_and_an_unnamed_one_after_th
         lost = segment_object(Segment("run-c", Group("p", ("n3",)), ctx.fence), namespace)
         await admin.create(resource_path("v1", "configmaps", namespace), lost)
         named = (await ctx.read_ledger()).digests
-        assert await delete_unnamed(ctx.kube, namespace, named, datetime.now(UTC)) == 0, "young: kept"
+        assert await delete_unnamed(ctx.kube, namespace, named, datetime.now(UTC)) == (0, 1), "young: kept"
         later = datetime.now(UTC) + SEGMENT_GRACE + SEGMENT_GRACE / 10
-        assert await delete_unnamed(ctx.kube, namespace, named, later) == 1
+        assert await delete_unnamed(ctx.kube, namespace, named, later) == (1, 0)
         assert await _names(admin, namespace) == {b}
         assert await ledger_groups(admin, namespace) == {"run-b": {"profile": "p", "nodes": ["n2"]}}
     finally:
@@ -198,3 +200,31 @@ async def test_a_fresh_controller_lists_the_segments_once_and_then_reads_none(
     finally:
         await ctx.kube.close()
         await fresh.kube.close()
+
+
+async def test_a_resync_lists_the_segments_only_when_one_may_have_been_left(
+    cluster: LocalCluster, admin: KubeClient, namespace: str
+) -> None:
+    """The goal of no LIST after sync (issue 47): a resync looks for unnamed segments at start
+    and after a failed write only; one kept for being young is looked for again."""
+    ctx, counting = await _context(cluster, namespace)
+    try:
+        await ctx.take_fence()
+        assert ctx.segments_litter, "at start, a crash may have left one"
+        assert await collect_segments(ctx) == 0
+        lists = counting.lists
+        assert (lists, ctx.segments_litter) == (1, False)
+        ledger = await ctx.write_ledger((await ctx.read_ledger()).with_group("run-a", Group("p", ("n1",))))
+        await ctx.drop_group("run-a")
+        assert await collect_segments(ctx) == 0
+        assert counting.lists == lists, "nothing left: no LIST"
+        # A compare-and-swap that loses (a stale head) after its segment was written.
+        with pytest.raises(Conflict):
+            await ctx.write_ledger(ledger.with_group("run-b", Group("p", ("n2",))))
+        assert ctx.segments_litter
+        assert await collect_segments(ctx) == 0, "the segment left is young: kept"
+        assert counting.lists == lists + 1
+        assert ctx.segments_litter, "kept: looked for again"
+        assert len(await _names(admin, namespace)) == 1
+    finally:
+        await ctx.kube.close()
