@@ -106,6 +106,7 @@ argo:
 # size. Default sizes fit a two-core machine; BENCH_ARGS_<NAME> passes the full sizes (README).
 bench: deps kplane argo coredns
 	$(BIN)/python bench/admission.py $(BENCH_ARGS_ADMISSION)
+	$(BIN)/python bench/ledger.py $(BENCH_ARGS_LEDGER)
 	$(BIN)/python bench/check_overhead.py $(BENCH_ARGS_CHECKS)
 	$(BIN)/python bench/adapter_pods.py $(BENCH_ARGS_ADAPTER)
 	$(BIN)/python bench/portal.py $(BENCH_ARGS_PORTAL)
