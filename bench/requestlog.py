@@ -116,8 +116,8 @@ def admission_phases(requests: Sequence[Request], start: float, requested: float
     ``start`` the requester's first write, ``requested`` the moment its last was answered, ``end``
     the Run's Running PATCH. Each phase in seconds: the requester's own writes (the controller
     admits once a whole group is requested, often before the requester has its last answer);
-    from ``start`` to the admission's first write (the ledger's compare-and-swap, after the reads
-    of the source and the ledger); from there to the first Node PATCH (the Run, the ledger read
+    from ``start`` to the ledger head's compare-and-swap (after the reads of the source and the
+    ledger, and the create of the group's segment); from there to the first Node PATCH (the Run, the ledger read
     again, the snapshot); the Node PATCHes, first sent to last sent; the Workflow's create and the
     Run's status. Empty when the window holds no ledger write or no Node PATCH."""
     window = [r for r in requests if start <= r.at <= end]
