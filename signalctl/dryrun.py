@@ -68,19 +68,16 @@ def view(results: list[Obj], profile: str, count: int) -> output.View:
 
 async def _held(kube: Kube, namespace: str) -> set[str]:
     """The Nodes the admission ledger holds (empty, with a warning, when it cannot be read)."""
-    from controller.reconcile.ledgerstore import fetch_segments  # noqa: PLC0415
-    from controller.rules.ledger import LEDGER_NAME, LedgerError, Segment, assemble, parse_head  # noqa: PLC0415
+    from controller.reconcile.ledgerstore import read_ledger  # noqa: PLC0415
+    from controller.rules.ledger import LEDGER_NAME, LedgerError  # noqa: PLC0415
 
     try:
-        head = parse_head(await kube.get(resource_path("v1", "configmaps", namespace, LEDGER_NAME)))
-        segments: dict[str, Segment] = {}
-        await fetch_segments(kube, namespace, head, segments)
-        return assemble(head, segments).held_nodes()
+        return (await read_ledger(kube, namespace, {})).held_nodes()
     except NotFound:
         return set()
     except (ApiError, LedgerError) as exc:
-        what = f"ConfigMap {namespace}/{LEDGER_NAME}"
-        text = explain(exc, "get", what) if isinstance(exc, ApiError) else str(exc)
+        what = f"ConfigMap {namespace}/{LEDGER_NAME} or its segments ({LEDGER_NAME}-*)"
+        text = explain(exc, "read", what) if isinstance(exc, ApiError) else str(exc)
         print(
             f"signalctl: warning: the admission ledger was not read ({text}); Nodes it holds look free", file=sys.stderr
         )

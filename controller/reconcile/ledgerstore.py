@@ -12,11 +12,14 @@ from datetime import datetime, timedelta
 import structlog
 
 from controller.rules.ledger import (
+    LEDGER_NAME,
     SEGMENT_COMPONENT,
     Head,
     Ledger,
     LedgerError,
     Segment,
+    assemble,
+    parse_head,
     parse_segment,
     segment_name,
     segment_object,
@@ -80,6 +83,29 @@ async def fetch_segments(kube: Kube, namespace: str, head: Head, known: dict[str
     _keep(known, (obj for obj in got if obj is not None), missing)
 
 
+LEDGER_READS = 3
+"""How many times a ledger whose head changed while its segments were read is read again."""
+
+
+async def read_ledger(kube: Kube, namespace: str, known: dict[str, Segment]) -> Ledger:
+    """The head, then the segments it names that ``known`` lacks. A segment missing is looked
+    for again under the head read again, while that head is another: its group may have been
+    dropped (and the segment deleted) between the two reads. Raises NotFound without a head."""
+    path = f"{_collection(namespace)}/{LEDGER_NAME}"
+    head = parse_head(await kube.get(path))
+    for _ in range(LEDGER_READS):
+        await fetch_segments(kube, namespace, head, known)
+        try:
+            return assemble(head, known)
+        except LedgerError:
+            again = parse_head(await kube.get(path))
+            if again.resource_version == head.resource_version:
+                raise
+            head = again
+    await fetch_segments(kube, namespace, head, known)
+    return assemble(head, known)
+
+
 async def store_segments(kube: Kube, namespace: str, ledger: Ledger, known: dict[str, Segment]) -> Ledger:
     """Write the segments of ``ledger``'s groups not stored yet; returns it with every digest.
     Safe to repeat: a segment already there is read back and must match."""
@@ -104,11 +130,10 @@ async def forget_unnamed(kube: Kube, namespace: str, named: Mapping[str, str], k
     keep = set(named.values())
     clean = True
     for digest in sorted(d for d in known if d not in keep):
-        del known[digest]
         try:
             await kube.delete(f"{_collection(namespace)}/{segment_name(digest)}")
         except NotFound:
-            continue
+            pass
         except ApiError as exc:
             clean = False
             log.warning(
@@ -116,7 +141,16 @@ async def forget_unnamed(kube: Kube, namespace: str, named: Mapping[str, str], k
                 segment=segment_name(digest),
                 error=str(exc)[:300],
             )
+        del known[digest]
     return clean
+
+
+def _fence(obj: Obj) -> int:
+    """The fence a listed segment was written under (0: unreadable, a stray one)."""
+    try:
+        return parse_segment(obj)[1].fence
+    except LedgerError:
+        return 0
 
 
 def _age(obj: Obj, now: datetime) -> timedelta:
@@ -127,17 +161,21 @@ def _age(obj: Obj, now: datetime) -> timedelta:
         return timedelta(0)
 
 
-async def delete_unnamed(kube: Kube, namespace: str, named: Mapping[str, str], now: datetime) -> tuple[int, int]:
-    """Delete the segments that ``named`` (a head's Run -> digest) does not name and that are
-    older than SEGMENT_GRACE. Returns how many were deleted, and how many unnamed ones were
-    kept for being younger."""
+async def delete_unnamed(
+    kube: Kube, namespace: str, named: Mapping[str, str], fence: int, now: datetime
+) -> tuple[int, int]:
+    """Delete the segments that ``named`` (a head of ``fence``: Run -> digest) does not name,
+    that are older than SEGMENT_GRACE (by this process's clock) and were written under a fence
+    no newer than the head's: a deposed leader never deletes what the leader after it wrote,
+    whatever the clocks say. Returns how many were deleted, and how many unnamed ones were kept
+    (younger, or newer)."""
     keep = {segment_name(d) for d in named.values()}
     deleted = young = 0
     for obj in await list_segments(kube, namespace):
         meta = obj.get("metadata") or {}
         if meta.get("name") in keep:
             continue
-        if _age(obj, now) < SEGMENT_GRACE:
+        if _age(obj, now) < SEGMENT_GRACE or _fence(obj) > fence:
             young += 1
             continue
         try:

@@ -15,6 +15,7 @@ Each object is repaired apart from the others, and ``each_pass`` runs the fleet-
 to change holds back nothing else; the first failure is raised afterwards, for the backoff."""
 
 from collections.abc import Awaitable, Callable, Sequence
+from time import monotonic
 
 from controller.reconcile.ledgerstore import delete_unnamed
 from controller.reconcile.reservations import release_node
@@ -118,18 +119,23 @@ async def _drop_orphaned_groups(ctx: Context, failures: list[Exception]) -> int:
     return repairs
 
 
+SEGMENT_SWEEP_SECONDS = 3600.0
+"""How long a resync may go without looking for segments no head names, with none known."""
+
+
 async def collect_segments(ctx: Context) -> int:
     """Delete the ledger segments that the head does not name, when some may have been left
-    (``ctx.segments_litter``: otherwise no LIST); none while the ledger cannot be read (what
-    it names is then not known)."""
-    if not ctx.segments_litter:
+    (``ctx.segments_litter``) or an hour after the last look (a deposed leader's, written after
+    this term's first look): otherwise no LIST. None while the ledger cannot be read (what it
+    names is then not known)."""
+    if not ctx.segments_litter and monotonic() - ctx.segments_swept < SEGMENT_SWEEP_SECONDS:
         return 0
     try:
         ledger = await ctx.read_ledger()
     except LedgerError:
         return 0
-    deleted, young = await delete_unnamed(ctx.kube, ctx.namespace, ledger.digests, ctx.clock())
-    ctx.segments_litter = young > 0
+    deleted, kept = await delete_unnamed(ctx.kube, ctx.namespace, ledger.digests, ledger.fence, ctx.clock())
+    ctx.segments_litter, ctx.segments_swept = kept > 0, monotonic()
     return deleted
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import structlog
 
 from controller.reconcile import metrics
-from controller.reconcile.ledgerstore import fetch_segments, forget_unnamed, store_segments
+from controller.reconcile.ledgerstore import forget_unnamed, store_segments
+from controller.reconcile.ledgerstore import read_ledger as read_segmented
 from controller.rules.ledger import (
     LEDGER_NAME,
     Ledger,
@@ -24,7 +25,6 @@ from controller.rules.ledger import (
     assemble,
     ledger_object,
     parse_head,
-    unstored,
 )
 from controller.rules.nodes import NodeView, node_view
 from controller.rules.requested import RequestIndex
@@ -35,8 +35,6 @@ from kubeio.informer import Informer
 from shared import keys
 
 log = structlog.get_logger("signal-controller")
-LEDGER_READS = 3
-"""How many times a ledger whose head changed while its segments were read is read again."""
 RUN_PAGE_SIZE = 100
 """Runs per page of the Run cache's LIST (kubeio's default: 500)."""
 
@@ -111,9 +109,12 @@ class Context:
     """Digest -> segment, for every group the last ledger read named (segments are immutable:
     each is read once; controller/reconcile/ledgerstore.py)."""
     segments_litter: bool = True
-    """Whether a segment no head names may have been left: at start (a crash may have left
-    one), after a head write that failed once its segments were written, or a deletion that
-    failed. Only then does a resync list the segments (recovery.collect_segments)."""
+    """Whether a segment no head names may have been left: at start and at each fence taken (a
+    crash or the term before may have left one), after a head write that failed, or a deletion
+    that failed. Only then, or an hour after the last look, does a resync list the segments
+    (recovery.collect_segments)."""
+    segments_swept: float = float("-inf")
+    """Monotonic time of the last look for segments no head names."""
 
     def __post_init__(self) -> None:
         self.nodes = Informer(self.kube, resource_path("v1", "nodes"), node_view)
@@ -162,7 +163,7 @@ class Context:
         """Uncached read; raises NotLeader when another controller holds the fence, and
         LedgerError (recorded in ``ledger_problem`` and the metric) when it cannot be parsed."""
         try:
-            ledger = await self._read_ledger()
+            ledger = await read_segmented(self.kube, self.namespace, self.ledger_segments)
         except NotFound:
             ledger = Ledger()
         except LedgerError as exc:
@@ -175,23 +176,6 @@ class Context:
         if require_fence and (ledger.fence != self.fence or ledger.holder != self.identity):
             raise NotLeader(f"ledger fence {ledger.fence} ({ledger.holder}) is not ours ({self.fence})")
         return ledger
-
-    async def _read_ledger(self) -> Ledger:
-        """The head, then the segments it names that are not known yet. A segment missing is
-        looked for again under a head read again, while that head is another: a leader being
-        deposed may have dropped the group and deleted its segment between the two reads."""
-        head = parse_head(await self.kube.get(self.ledger_path()))
-        for _ in range(LEDGER_READS):
-            await fetch_segments(self.kube, self.namespace, head, self.ledger_segments)
-            try:
-                return assemble(head, self.ledger_segments)
-            except LedgerError:
-                again = parse_head(await self.kube.get(self.ledger_path()))
-                if again.resource_version == head.resource_version:
-                    raise
-                head = again
-        await fetch_segments(self.kube, self.namespace, head, self.ledger_segments)
-        return assemble(head, self.ledger_segments)
 
     def _ledger_unreadable(self, problem: str) -> None:
         metrics.LEDGER_UNREADABLE.set(1)
@@ -222,7 +206,6 @@ class Context:
         of the segments of the groups it dropped: fails with Conflict when the ledger changed
         since it was read (the new segments are then named by no head, and deleted later:
         recovery.collect_segments)."""
-        new = bool(unstored(ledger))
         try:
             ledger = await store_segments(self.kube, self.namespace, ledger, self.ledger_segments)
             body = ledger_object(ledger, self.namespace)
@@ -230,11 +213,15 @@ class Context:
                 written = await self.kube.replace(self.ledger_path(), body)
             else:
                 written = await self.kube.create(resource_path("v1", "configmaps", self.namespace), body)
-        except BaseException:
-            self.segments_litter = self.segments_litter or new
-            raise
-        if not await forget_unnamed(self.kube, self.namespace, ledger.digests, self.ledger_segments):
+        except BaseException:  # maybe written after all (a reply lost): litter either way
             self.segments_litter = True
+            raise
+        try:
+            if not await forget_unnamed(self.kube, self.namespace, ledger.digests, self.ledger_segments):
+                self.segments_litter = True
+        except BaseException:  # the head is written: the segments not deleted are litter
+            self.segments_litter = True
+            raise
         return assemble(parse_head(written), self.ledger_segments)
 
     async def take_fence(self) -> None:
@@ -247,6 +234,7 @@ class Context:
             await self.fence_raw()
             return
         self.fence = ledger.fence + 1
+        self.segments_litter = True  # a term begins: the one before may have left some
         await self.write_ledger(ledger.fenced(self.fence, self.identity))
         log.info("fence taken", fence=self.fence, identity=self.identity)
 

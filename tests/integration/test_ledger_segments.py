@@ -8,7 +8,7 @@ may write the ledger is tests/integration/test_attacks_identities.py's business)
 * A segment the head names that is deleted, or replaced with other content, makes the ledger
   unreadable (LedgerError): never a group with no Nodes, never a ledger without the group.
 * A group dropped deletes its segment at once; a segment no head names is deleted once older
-  than SEGMENT_GRACE, never a named one, never a young one.
+  than SEGMENT_GRACE, never a named one, a young one, or one of a newer fence.
 * A fresh controller reads many segments with one LIST (one not listed, by name); a second
   read reads none."""
 
@@ -163,11 +163,14 @@ async def test_a_dropped_groups_segment_goes_at_once_and_an_unnamed_one_after_th
         # A segment written before a compare-and-swap that lost: named by no head.
         lost = segment_object(Segment("run-c", Group("p", ("n3",)), ctx.fence), namespace)
         await admin.create(resource_path("v1", "configmaps", namespace), lost)
+        # One the leader after this one wrote (a newer fence), seen by this deposed one.
+        newer = segment_object(Segment("run-d", Group("p", ("n4",)), ctx.fence + 1), namespace)
+        await admin.create(resource_path("v1", "configmaps", namespace), newer)
         named = (await ctx.read_ledger()).digests
-        assert await delete_unnamed(ctx.kube, namespace, named, datetime.now(UTC)) == (0, 1), "young: kept"
+        assert await delete_unnamed(ctx.kube, namespace, named, ctx.fence, datetime.now(UTC)) == (0, 2), "young: kept"
         later = datetime.now(UTC) + SEGMENT_GRACE + SEGMENT_GRACE / 10
-        assert await delete_unnamed(ctx.kube, namespace, named, later) == (1, 0)
-        assert await _names(admin, namespace) == {b}
+        assert await delete_unnamed(ctx.kube, namespace, named, ctx.fence, later) == (1, 1), "newer: kept"
+        assert await _names(admin, namespace) == {b, newer["metadata"]["name"]}
         assert await ledger_groups(admin, namespace) == {"run-b": {"profile": "p", "nodes": ["n2"]}}
     finally:
         await ctx.kube.close()
